@@ -1,0 +1,57 @@
+# RedVox builder. `make help` lists the targets; every target creates what it needs.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+OUT ?= out
+RELEASE_CONFIG ?=
+VERSION ?=
+REPO_ID ?=
+PUBLIC ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help venv system-deps test lint release bench lock demo-corpus clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
+
+venv: $(STAMP) system-deps ## create .venv with the pinned dependencies (idempotent)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	@touch $(STAMP)
+
+# datasets 5.x decodes audio through torchcodec, which needs FFmpeg's libraries.
+system-deps:
+	@if ! command -v ffmpeg >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing FFmpeg (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
+	  else \
+	    echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; \
+	  fi; \
+	fi
+
+test: venv ## run the test suite
+	$(BIN)/python -m pytest -q
+
+lint: venv ## ruff check and format check
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
+	@echo "release: not yet available"
+
+bench: venv ## benchmarks: build at the paper's scale, evaluator reporting
+	@echo "bench: not yet available"
+
+lock: ## re-resolve and rewrite requirements.lock (needs the package registry)
+	rm -rf /tmp/redvox-lock && $(PYTHON) -m venv /tmp/redvox-lock
+	/tmp/redvox-lock/bin/pip install --quiet '.[dev]'
+	( echo "# Exact pins of every runtime and dev dependency (Python 3.11, CPU)."; echo "# Regenerate: make lock"; \
+	  /tmp/redvox-lock/bin/pip freeze --exclude redvox | sed 's/^torch==\(.*\)+cpu/torch==\1/' ) > requirements.lock
+
+clean: ## remove build outputs (keeps .venv)
+	rm -rf $(OUT) build *.egg-info .pytest_cache .ruff_cache

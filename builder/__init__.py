@@ -1,0 +1,1 @@
+"""Versioned builds: join -> audio normalise -> VAD -> variants -> consent -> write."""

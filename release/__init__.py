@@ -1,0 +1,1 @@
+"""Representativeness, Hub staging (card, parquet, loading script, evaluator), verification and push."""

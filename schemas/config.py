@@ -1,0 +1,103 @@
+"""Where the raw inputs of a build live: a YAML file of paths, relative to itself.
+
+The demo corpus ships one (`sources/demo/config.yaml`); `RELEASE_CONFIG` or
+`--config` points at a real collection.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ItemSelection(BaseModel):
+    """Either an explicit list of item keys (how a published version pins its
+    items) or a seeded stratified draw: `shades` SHADES items plus `per_group`
+    items from each M-ALERT group."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    item_keys: tuple[str, ...] | None = Field(
+        default=None, description="e.g. 'shades:7.1', 'm-alert:10330'"
+    )
+    item_keys_file: Path | None = Field(default=None, description="one item key per line")
+    seed: int = 0
+    shades: int = Field(default=181, ge=0)
+    per_group: int = Field(default=70, ge=0)
+
+    @model_validator(mode="after")
+    def _one_list_at_most(self) -> ItemSelection:
+        if self.item_keys is not None and self.item_keys_file is not None:
+            raise ValueError("give item_keys or item_keys_file, not both")
+        return self
+
+
+class InputConfig(BaseModel):
+    """Paths of every input of a build. Relative paths are resolved against the
+    folder of the YAML file that declares them."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    shades: Path = Field(description="SHADES CSV (released or raw layout)")
+    malert: Path = Field(description="M-ALERT parquet, CSV or JSONL")
+    contributions: Path = Field(description="contributions manifest, CSV or JSONL")
+    audio_root: Path = Field(
+        description="folder the contributions' audio_file paths are relative to"
+    )
+    participants: Path = Field(description="participants registry CSV (private)")
+    consent: Path = Field(description="consent registry CSV (private)")
+    noise_bank: Path = Field(
+        description="MUSAN-layout folder: musan/{noise,speech,music}/<source>/*.wav"
+    )
+    pseudonym_key_file: Path | None = Field(
+        default=None, description="file holding the HMAC key for user_id; REDVOX_PSEUDONYM_KEY wins"
+    )
+    items: ItemSelection = Field(default_factory=ItemSelection)
+    synthetic: bool = Field(default=False, description="true for the embedded demo corpus")
+
+    @classmethod
+    def load(cls, path: str | Path) -> InputConfig:
+        path = Path(path)
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: input config not found") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not a readable YAML file: {exc}") from None
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{path}: expected a mapping of input names to paths")
+        try:
+            config = cls.model_validate(raw)
+        except ValidationError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        return config.resolved(path.parent)
+
+    def resolved(self, base: Path) -> InputConfig:
+        """The same config with every relative path made absolute against `base`."""
+        updates = {}
+        for name in (
+            "shades",
+            "malert",
+            "contributions",
+            "audio_root",
+            "participants",
+            "consent",
+            "noise_bank",
+            "pseudonym_key_file",
+        ):
+            value = getattr(self, name)
+            if value is not None and not value.is_absolute():
+                updates[name] = (base / value).resolve()
+        items = self.items
+        if items.item_keys_file is not None and not items.item_keys_file.is_absolute():
+            items = items.model_copy(
+                update={"item_keys_file": (base / items.item_keys_file).resolve()}
+            )
+        return self.model_copy(update={**updates, "items": items})
+
+
+class ConfigError(ValueError):
+    """An input config that cannot be used; the message names the file."""
+
+
+DEMO_CONFIG = Path(__file__).resolve().parent.parent / "sources" / "demo" / "config.yaml"

@@ -1,0 +1,204 @@
+"""The records every step passes around. Readers in `sources/` produce them,
+the builder consumes them; nothing else defines these shapes."""
+
+from __future__ import annotations
+
+import datetime as dt
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from .vocab import (
+    LANGUAGES,
+    SPEECH_AUDIO_TYPE,
+    AgeGroup,
+    Gender,
+    Lang,
+    VulnerabilityType,
+    normalize_age_group,
+    normalize_gender,
+    normalize_mother_tongue,
+)
+
+Source = Literal["shades", "m-alert"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+class SourceItem(_Record):
+    """One text item, parallel across the five languages."""
+
+    source: Source
+    item_id: str = Field(
+        min_length=1, description="SHADES index like '7.1' or M-ALERT id like '10330'"
+    )
+    vulnerability_type: VulnerabilityType
+    text: dict[Lang, str] = Field(description="the item text in each of en, de, es, fr, it")
+    source_category: str = Field(description="SHADES bias_type or ALERT micro category")
+
+    @field_validator("text")
+    @classmethod
+    def _all_languages(cls, text: dict[str, str]) -> dict[str, str]:
+        missing = [lang for lang in LANGUAGES if not (text.get(lang) or "").strip()]
+        if missing:
+            raise ValueError(
+                f"no text for {', '.join(missing)}: only items parallel across all five languages are used"
+            )
+        return {lang: text[lang].strip() for lang in LANGUAGES}
+
+    @property
+    def key(self) -> str:
+        """Unique across both sources: `shades:7.1`, `m-alert:10330`."""
+        return f"{self.source}:{self.item_id}"
+
+
+class Participant(_Record):
+    """Self-declared demographics of one participant, keyed by the private collection key."""
+
+    participant_key: str = Field(min_length=1)
+    gender: Gender
+    age_group: AgeGroup
+    mother_tongue: str = Field(description="BCP-47 style tag, e.g. es-ES, it")
+    ethnicity: str | None = None
+    languages: tuple[Lang, ...] = Field(
+        min_length=1, description="languages the participant recorded in"
+    )
+
+    @field_validator("gender", mode="before")
+    @classmethod
+    def _gender(cls, v: Any) -> str:
+        return normalize_gender(v)
+
+    @field_validator("age_group", mode="before")
+    @classmethod
+    def _age(cls, v: Any) -> str:
+        return normalize_age_group(v)
+
+    @field_validator("mother_tongue", mode="before")
+    @classmethod
+    def _tongue(cls, v: Any) -> str:
+        return normalize_mother_tongue(v)
+
+    @field_validator("ethnicity", mode="before")
+    @classmethod
+    def _ethnicity(cls, v: Any) -> str | None:
+        text = " ".join(str(v).split()) if v is not None else ""
+        return text or None
+
+
+class ConsentState(StrEnum):
+    """Where a participant stands. Only PUBLIC reaches the public set; PUBLIC and
+    PARTICIPATION_ONLY reach the full set; everything else is excluded."""
+
+    PUBLIC = "public"
+    PARTICIPATION_ONLY = "participation_only"
+    WITHDRAWN = "withdrawn"
+    NO_PARTICIPATION_CONSENT = "no_participation_consent"
+    AMBIGUOUS = "ambiguous"
+    NO_RECORD = "no_record"
+
+    def allows(self, dataset_set: Literal["full", "public"]) -> bool:
+        if dataset_set == "public":
+            return self is ConsentState.PUBLIC
+        return self in (ConsentState.PUBLIC, ConsentState.PARTICIPATION_ONLY)
+
+
+class ConsentRecord(_Record):
+    """One row of the private consent registry. A blank answer is kept as None and
+    counts as no consent (deny by default)."""
+
+    participant_key: str = Field(min_length=1)
+    participation_consent: bool | None
+    public_release_consent: bool | None
+    withdrawal_date: dt.date | None = None
+    consent_form_version: str | None = None
+
+    def state(self, today: dt.date | None = None) -> ConsentState:
+        # A withdrawal excludes whatever its date: a future date is a data-entry
+        # problem, and excluding is the safe reading of it.
+        if self.withdrawal_date is not None:
+            return ConsentState.WITHDRAWN
+        if self.participation_consent is None or not self.consent_form_version:
+            return ConsentState.AMBIGUOUS
+        if not self.participation_consent:
+            # Public consent without participation consent contradicts itself.
+            return (
+                ConsentState.AMBIGUOUS
+                if self.public_release_consent
+                else ConsentState.NO_PARTICIPATION_CONSENT
+            )
+        if self.public_release_consent is None:
+            return ConsentState.PARTICIPATION_ONLY
+        return (
+            ConsentState.PUBLIC if self.public_release_consent else ConsentState.PARTICIPATION_ONLY
+        )
+
+
+def resolve_consent(records: list[ConsentRecord], today: dt.date | None = None) -> ConsentState:
+    """The state of one participant from all their registry rows: none is NO_RECORD,
+    any withdrawal wins, rows that disagree otherwise are AMBIGUOUS."""
+    if not records:
+        return ConsentState.NO_RECORD
+    states = {r.state(today) for r in records}
+    if ConsentState.WITHDRAWN in states:
+        return ConsentState.WITHDRAWN
+    if len(states) > 1:
+        return ConsentState.AMBIGUOUS
+    return states.pop()
+
+
+class Contribution(_Record):
+    """One recording exported by the collection interface: participant x item x language."""
+
+    participant_key: str = Field(min_length=1)
+    source: Source
+    item_id: str = Field(min_length=1)
+    lang: Lang
+    audio_file: str = Field(min_length=1, description="path relative to the audio root")
+    spoken_text: str = Field(description="the harmful content as the participant phrased it")
+    speech_followup: str = Field(description="typed follow-up sent with the speech request")
+    audio_request_text: str = Field(
+        description="harmful content + follow-up sent as text with a distracting clip"
+    )
+    discomfort: int | None = Field(default=None, ge=1, le=5)
+    transcript: str | None = Field(
+        default=None, description="ASR transcript when the collection provides one"
+    )
+
+    @property
+    def item_key(self) -> str:
+        return f"{self.source}:{self.item_id}"
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        """Two rows with the same key are the same recording twice."""
+        return (self.lang, self.item_key, self.participant_key)
+
+
+NoiseKind = Literal["silence", "ambient", "babble", "speech_ambient"]
+
+
+class NoiseCondition(_Record):
+    """A distracting-audio condition; `name` becomes the rows' `audio_type`.
+
+    `params` holds the kind's ranges (e.g. `snr_db: [0, 15]`); the values drawn
+    from them for a clip are recorded on every row that uses it.
+    """
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    kind: NoiseKind
+    duration_s: float = Field(default=6.0, gt=0, le=60)
+    sampling: Literal["shared", "per_entry"] = "shared"
+    params: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _not_speech(self) -> NoiseCondition:
+        if self.name == SPEECH_AUDIO_TYPE:
+            raise ValueError(
+                "'speech' is the audio_type of the recordings themselves, not a condition name"
+            )
+        return self

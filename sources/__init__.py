@@ -1,0 +1,1 @@
+"""Readers of the raw inputs into validated records; no audio processing here."""

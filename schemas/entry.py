@@ -73,7 +73,7 @@ class Entry(BaseModel):
     native_speaker: bool = Field(description="mother tongue is the row's language")
     duration_s: Annotated[float, _Float32()] = Field(ge=0, description="audio duration in seconds")
     condition_params: str | None = Field(
-        description="JSON of the parameters that rendered the clip; null for speech rows"
+        description="JSON of the parameters that rendered the clip; null for the plain recordings (audio_type speech)"
     )
     builder_version: str = Field(description="dataset version that built this row")
 

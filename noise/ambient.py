@@ -1,0 +1,53 @@
+"""Kind `ambient`: one excerpt of a MUSAN noise file at an absolute RMS level.
+
+The level is absolute (dBFS), not an SNR: the clip accompanies a typed
+request, so there is no speech to be relative to.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.sources.musan import NoiseBank, NoiseBankError
+
+from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
+from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
+
+KIND = "ambient"
+
+
+def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
+    check_param_keys(condition, {"level_dbfs"})
+    return {"level_dbfs": param_range(condition, "level_dbfs", at_most=0.0)}
+
+
+def sample_params(
+    rng: np.random.Generator,
+    condition: NoiseCondition,
+    bank: NoiseBank,
+    *,
+    duration_s: float | None = None,
+) -> dict:
+    """Draws, in this order: the file, the offset, the level."""
+    ranges = check_condition(condition)
+    files = usable_files(bank, "noise")
+    chosen = files[rng.integers(len(files))]
+    return {
+        "kind": KIND,
+        "duration_s": condition.duration_s,
+        "sample_rate": SAMPLE_RATE,
+        "file": chosen.rel,
+        "offset_s": draw_offset(rng, chosen.duration_s, condition.duration_s),
+        "level_dbfs": draw_db(rng, *ranges["level_dbfs"]),
+    }
+
+
+def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
+    excerpt = bank.excerpt(params["file"], params["offset_s"], num_samples(params["duration_s"]))
+    if is_silent(excerpt):
+        raise NoiseBankError(
+            f"{bank.root / params['file']}: digital silence from {params['offset_s']} s, "
+            "nothing to scale to a level; remove the file from the bank"
+        )
+    return clip_to_full_scale(scale_to_dbfs(excerpt, params["level_dbfs"]))

@@ -1,0 +1,85 @@
+"""Kind `babble`: excerpts of several distinct MUSAN speakers, each at the same level,
+summed and brought to an absolute RMS level (Kaldi/VoxCeleb recipes use 3-7).
+
+Speakers are distinct by `NoiseFile.speaker`, so two files of one voice never
+make a "crowd" of one. A bank with fewer voices than the range's maximum (but at
+least its minimum) caps the number drawn at the voices it has.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
+
+from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
+from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
+
+KIND = "babble"
+
+
+def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
+    check_param_keys(condition, {"speakers", "level_dbfs"})
+    speakers = param_range(condition, "speakers", integer=True)
+    if speakers[0] < 1:
+        raise ValueError(
+            f"condition {condition.name!r} (babble), params.speakers: min {speakers[0]} must be >= 1"
+        )
+    return {"speakers": speakers, "level_dbfs": param_range(condition, "level_dbfs", at_most=0.0)}
+
+
+def sample_params(
+    rng: np.random.Generator,
+    condition: NoiseCondition,
+    bank: NoiseBank,
+    *,
+    duration_s: float | None = None,
+) -> dict:
+    """Draws, in this order: how many speakers, which ones, then per speaker a file and
+    an offset, then the level of the mix."""
+    ranges = check_condition(condition)
+    by_speaker = _files_by_speaker(bank)
+    fewest, most = ranges["speakers"]
+    if len(by_speaker) < fewest:
+        raise NoiseBankError(
+            f"{bank.root}: condition {condition.name!r} needs at least {fewest} distinct speakers "
+            f"in {bank.root / 'speech'}, found {len(by_speaker)}; add speech files of other voices"
+        )
+    count = int(rng.integers(fewest, min(most, len(by_speaker)) + 1))
+    names = sorted(by_speaker)
+    speakers = []
+    for index in rng.choice(len(names), size=count, replace=False):
+        files = by_speaker[names[index]]
+        chosen = files[rng.integers(len(files))]
+        offset = draw_offset(rng, chosen.duration_s, condition.duration_s)
+        speakers.append({"speaker": chosen.speaker, "file": chosen.rel, "offset_s": offset})
+    return {
+        "kind": KIND,
+        "duration_s": condition.duration_s,
+        "sample_rate": SAMPLE_RATE,
+        "speakers": speakers,
+        "level_dbfs": draw_db(rng, *ranges["level_dbfs"]),
+    }
+
+
+def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
+    length = num_samples(params["duration_s"])
+    mix = np.zeros(length, dtype=np.float64)
+    for voice in params["speakers"]:
+        excerpt = bank.excerpt(voice["file"], voice["offset_s"], length)
+        if is_silent(excerpt):
+            raise NoiseBankError(
+                f"{bank.root / voice['file']}: digital silence from {voice['offset_s']} s, "
+                "no voice to add to the babble; remove the file from the bank"
+            )
+        # Equal levels, so no single voice stands out of the crowd.
+        mix += scale_to_dbfs(excerpt, 0.0)
+    return clip_to_full_scale(scale_to_dbfs(mix, params["level_dbfs"]))
+
+
+def _files_by_speaker(bank: NoiseBank) -> dict[str, list[NoiseFile]]:
+    by_speaker: dict[str, list[NoiseFile]] = {}
+    for noise_file in usable_files(bank, "speech"):
+        by_speaker.setdefault(noise_file.speaker, []).append(noise_file)
+    return by_speaker

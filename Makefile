@@ -53,5 +53,8 @@ lock: ## re-resolve and rewrite requirements.lock (needs the package registry)
 	( echo "# Exact pins of every runtime and dev dependency (Python 3.11, CPU)."; echo "# Regenerate: make lock"; \
 	  /tmp/redvox-lock/bin/pip freeze --exclude redvox | sed 's/^torch==\(.*\)+cpu/torch==\1/' ) > requirements.lock
 
+demo-corpus: $(STAMP) ## regenerate the synthetic demo corpus in sources/demo (needs espeak-ng)
+	$(BIN)/python sources/demo/make_demo.py
+
 clean: ## remove build outputs (keeps .venv)
 	rm -rf $(OUT) build *.egg-info .pytest_cache .ruff_cache

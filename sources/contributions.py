@@ -1,0 +1,125 @@
+"""The contributions manifest (one row per recording) into Contributions.
+
+A row reaches the build only when it validates, names a known item and a
+registered participant, points at an existing audio file inside the audio
+folder, and is not a second copy of a recording already read (the first
+usable copy wins). Everything else is reported with its line.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path, PureWindowsPath
+
+from redvox.schemas import Contribution
+
+from .malert import normalize_malert_id
+from .problems import Problem, ReadResult, validate_row
+from .shades import normalize_shades_index
+from .tables import TableRow, read_table
+
+REQUIRED_COLUMNS = (
+    "participant_key",
+    "source",
+    "item_id",
+    "lang",
+    "audio_file",
+    "spoken_text",
+    "speech_followup",
+    "audio_request_text",
+)
+OPTIONAL_COLUMNS = ("discomfort", "transcript")
+
+
+def read_contributions(
+    path: str | Path,
+    audio_root: str | Path,
+    *,
+    item_keys: set[str] | None = None,
+    participant_keys: set[str] | None = None,
+) -> ReadResult[Contribution]:
+    file = str(path)
+    table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
+    result = ReadResult[Contribution]([], list(table.problems))
+    root = Path(os.path.abspath(audio_root))
+    if not root.is_dir():
+        message = "audio folder not found; check audio_root in the input config"
+        result.problems.append(Problem(str(audio_root), None, None, message, fatal=True))
+        return result
+    first_line: dict[tuple[str, str, str], int] = {}
+    for row in table.records:
+        contribution, problems = _contribution(row, file)
+        if contribution is not None:
+            problems += _reference_problems(
+                contribution, row.line, file, item_keys, participant_keys
+            )
+            problems += _audio_problems(contribution.audio_file, root, row.line, file)
+        result.problems.extend(problems)
+        if contribution is None or problems:
+            continue
+        if contribution.key in first_line:
+            message = (
+                f"same recording (language, item, participant) as line "
+                f"{first_line[contribution.key]}; row skipped, keep one row per recording"
+            )
+            result.problems.append(Problem(file, row.line, "audio_file", message))
+            continue
+        first_line[contribution.key] = row.line
+        result.records.append(contribution)
+    return result
+
+
+def _contribution(row: TableRow, file: str) -> tuple[Contribution | None, list[Problem]]:
+    data = {name: row.cells.get(name) for name in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}
+    data["item_id"] = _item_id(data["source"], data["item_id"])
+    return validate_row(Contribution, data, file, row.line)
+
+
+def _item_id(source: str | None, raw: str | None) -> str | None:
+    """The id as the item readers write it ('7' -> '7.0' for SHADES), so keys match."""
+    normalize = {"shades": normalize_shades_index, "m-alert": normalize_malert_id}.get(source or "")
+    return (normalize(raw) if normalize else None) or raw
+
+
+def _reference_problems(
+    contribution: Contribution,
+    line: int,
+    file: str,
+    item_keys: set[str] | None,
+    participant_keys: set[str] | None,
+) -> list[Problem]:
+    problems = []
+    if item_keys is not None and contribution.item_key not in item_keys:
+        message = (
+            f"no item {contribution.item_key} among the {len(item_keys)} items of this build; "
+            "row skipped, check source and item_id against the SHADES/M-ALERT files and the "
+            "items selection of the config"
+        )
+        problems.append(Problem(file, line, "item_id", message))
+    if participant_keys is not None and contribution.participant_key not in participant_keys:
+        message = (
+            f"{contribution.participant_key!r} is not in the participants registry; "
+            "row skipped, register the participant or fix the key"
+        )
+        problems.append(Problem(file, line, "participant_key", message))
+    return problems
+
+
+def _audio_problems(audio_file: str, root: Path, line: int, file: str) -> list[Problem]:
+    """Paths are checked as written, so a `../` cannot leave the audio folder."""
+    if Path(audio_file).is_absolute() or PureWindowsPath(audio_file).is_absolute():
+        message = f"{audio_file!r} is an absolute path; row skipped, give it relative to {root}"
+        return [Problem(file, line, "audio_file", message)]
+    target = Path(os.path.normpath(root / audio_file))
+    if not target.is_relative_to(root):
+        message = (
+            f"{audio_file!r} points outside the audio folder {root}; "
+            "row skipped, give a path inside it"
+        )
+        return [Problem(file, line, "audio_file", message)]
+    if not target.is_file():
+        message = (
+            f"{audio_file!r} not found under {root}; row skipped, add the recording or fix the path"
+        )
+        return [Problem(file, line, "audio_file", message)]
+    return []

@@ -1,0 +1,114 @@
+"""Everything an InputConfig names, read and validated in one call.
+
+Readers of later inputs are told what earlier ones hold (the selected item
+keys, the registered participants) so contributions are checked against them;
+when an earlier input is unusable that check is skipped rather than reporting
+every contribution as unknown.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TypeVar
+
+from tqdm import tqdm
+
+from redvox.schemas import ConsentRecord, Contribution, InputConfig, Participant, SourceItem
+
+from .contributions import read_contributions
+from .malert import read_malert
+from .problems import Problem, ReadResult
+from .registry import read_consent, read_participants
+from .selection import select_items
+from .shades import read_shades
+
+T = TypeVar("T")
+
+# The inputs whose bytes the build manifest pins.
+HASHED_INPUTS = ("shades", "malert", "contributions", "participants", "consent")
+
+
+@dataclass
+class Inputs:
+    config: InputConfig
+    items: list[SourceItem]
+    participants: dict[str, Participant]
+    consent: dict[str, list[ConsentRecord]]
+    contributions: list[Contribution]
+    problems: list[Problem]
+    input_hashes: dict[str, str]
+
+    @property
+    def fatal(self) -> bool:
+        return any(p.fatal for p in self.problems)
+
+
+def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
+    bar = tqdm(total=6, desc="reading inputs", unit="input", disable=not progress, leave=False)
+
+    def step(name: str, read: Callable[[], ReadResult[T]]) -> ReadResult[T]:
+        bar.set_postfix_str(name)
+        result = read()
+        bar.update()
+        return result
+
+    with bar:
+        shades = step("shades", lambda: read_shades(config.shades))
+        malert = step("malert", lambda: read_malert(config.malert))
+        read_items = shades.records + malert.records
+        selected = step("items", lambda: select_items(read_items, config.items))
+        participants = step("participants", lambda: read_participants(config.participants))
+        consent = step("consent", lambda: read_consent(config.consent))
+        items_known = not (shades.fatal or malert.fatal or selected.fatal)
+        contributions = step(
+            "contributions",
+            lambda: read_contributions(
+                config.contributions,
+                config.audio_root,
+                item_keys={item.key for item in selected.records} if items_known else None,
+                participant_keys=None
+                if participants.fatal
+                else {p.participant_key for p in participants.records},
+            ),
+        )
+    results = (shades, malert, selected, participants, consent, contributions)
+    return Inputs(
+        config=config,
+        items=selected.records,
+        participants={p.participant_key: p for p in participants.records},
+        consent=_by_participant(consent.records),
+        contributions=contributions.records,
+        problems=[p for r in results for p in r.problems] + _folder_problems(config),
+        input_hashes=input_hashes(config),
+    )
+
+
+def _by_participant(records: list[ConsentRecord]) -> dict[str, list[ConsentRecord]]:
+    grouped: dict[str, list[ConsentRecord]] = {}
+    for record in records:
+        grouped.setdefault(record.participant_key, []).append(record)
+    return grouped
+
+
+def _folder_problems(config: InputConfig) -> list[Problem]:
+    # The audio folder is checked by the contributions reader; the noise bank's
+    # content is read by the builder, but a missing folder makes any build fail.
+    if config.noise_bank.is_dir():
+        return []
+    message = "noise bank folder not found; check noise_bank in the input config"
+    return [Problem(str(config.noise_bank), None, None, message, fatal=True)]
+
+
+def input_hashes(config: InputConfig) -> dict[str, str]:
+    """sha256 of each input file that exists, for the build manifest."""
+    paths: dict[str, Path | None] = {name: getattr(config, name) for name in HASHED_INPUTS}
+    paths["item_keys_file"] = config.items.item_keys_file
+    hashes = {}
+    for name, path in paths.items():
+        if path is not None and path.is_file():
+            with path.open("rb") as handle:
+                hashes[name] = hashlib.file_digest(handle, "sha256").hexdigest()
+    return hashes

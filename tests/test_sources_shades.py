@@ -1,0 +1,147 @@
+"""SHADES reader: both layouts, and every kind of bad row a maintainer must see."""
+
+import csv
+
+from redvox.sources.shades import normalize_shades_index, read_shades
+
+LANGS_RELEASED = ("en", "fr", "de", "it", "es")
+RAW_NAMES = {"en": "English", "fr": "French", "de": "German", "it": "Italian", "es": "Spanish"}
+META = [
+    "index",
+    "subset",
+    "bias_type",
+    "stereotype_origin_langs",
+    "stereotype_valid_langs",
+    "stereotype_valid_regions",
+    "stereotyped_entity",
+    "type",
+]
+SENTENCES = {
+    "en": "Women talk a lot.",
+    "fr": "Les femmes parlent beaucoup.",
+    "de": "Frauen reden viel.",
+    "it": "Le donne parlano molto.",
+    "es": "Las mujeres hablan mucho.",
+}
+
+
+def released_header() -> list[str]:
+    header = list(META)
+    for lang in LANGS_RELEASED:
+        header += [
+            f"{lang}_templates",
+            f"{lang}_biased_sentences",
+            f"{lang}_expression",
+            f"{lang}_comments",
+        ]
+    return header
+
+
+def released_row(index="1.0", bias_type="gender", sentences=None, langs="['en', 'it']"):
+    sentences = SENTENCES if sentences is None else sentences
+    row = [index, "_original", bias_type, langs, "['en', 'fr']", "['USA']", "women", "declaration"]
+    for lang in LANGS_RELEASED:
+        row += ["[GENDER_PL] talk a lot.", sentences.get(lang, ""), "False", ""]
+    return row
+
+
+def write_csv(path, header, rows):
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def test_released_layout_gives_parallel_stereotypes(tmp_path):
+    path = write_csv(
+        tmp_path / "shades.csv",
+        released_header(),
+        [released_row("1.0"), released_row("7.1", bias_type="age")],
+    )
+    result = read_shades(path)
+    assert result.problems == []
+    assert [item.key for item in result.records] == ["shades:1.0", "shades:7.1"]
+    first = result.records[0]
+    assert first.text["fr"] == "Les femmes parlent beaucoup."
+    assert (first.vulnerability_type, first.source_category) == ("stereotype", "gender")
+
+
+def test_raw_layout_with_stray_header_spaces_gives_the_same_items(tmp_path):
+    header = [" Index", "Subset ", "Bias  Type", "Stereotyped Entity"]
+    header += [f" {RAW_NAMES[lang]}:  Biased Sentences " for lang in LANGS_RELEASED]
+    row = ["7", "_original", "gender", "women", *(SENTENCES[lang] for lang in LANGS_RELEASED)]
+    raw = read_shades(write_csv(tmp_path / "raw.csv", header, [row]))
+    released = read_shades(
+        write_csv(tmp_path / "released.csv", released_header(), [released_row("7.0")])
+    )
+    assert raw.problems == []
+    assert raw.records == released.records
+    assert raw.records[0].key == "shades:7.0"
+
+
+def test_index_normalisation():
+    assert normalize_shades_index("7") == "7.0"
+    assert normalize_shades_index(" 07.1 ") == "7.1"
+    assert normalize_shades_index("7.10") == "7.10"
+    for bad in ("x.3", "7.", "7.1.2", "", None, "-1"):
+        assert normalize_shades_index(bad) is None
+
+
+def test_bad_rows_are_reported_with_line_and_column_and_skipped(tmp_path):
+    rows = [
+        released_row("1.0"),
+        released_row("x.3"),
+        released_row("8.0", sentences={k: v for k, v in SENTENCES.items() if k != "de"}),
+        released_row("1.0"),
+        released_row("9.0", langs="['en', 'it'"),
+        released_row("10.0", bias_type=""),
+    ]
+    path = write_csv(tmp_path / "shades.csv", released_header(), rows)
+    result = read_shades(path)
+    assert [item.item_id for item in result.records] == ["1.0", "9.0", "10.0"]
+    found = {(p.row, p.field): str(p) for p in result.problems}
+    assert set(found) == {
+        (3, "index"),
+        (4, "de_biased_sentences"),
+        (5, "index"),
+        (6, "stereotype_origin_langs"),
+        (7, "bias_type"),
+    }
+    assert found[3, "index"].startswith(f"{path}:3: index: 'x.3' is not a SHADES index")
+    assert "line 2" in found[5, "index"]
+    assert "row skipped" in found[4, "de_biased_sentences"]
+    assert "still used" in found[6, "stereotype_origin_langs"]
+    assert not result.fatal
+
+
+def test_missing_sentence_column_is_fatal(tmp_path):
+    header = [c for c in released_header() if c != "it_biased_sentences"]
+    row = released_row()
+    del row[released_header().index("it_biased_sentences")]
+    result = read_shades(write_csv(tmp_path / "shades.csv", header, [row]))
+    assert result.fatal and result.records == []
+    [problem] = result.problems
+    assert (problem.row, problem.field) == (1, "it_biased_sentences")
+    assert "required column is missing" in problem.message
+
+
+def test_nan_cells_count_as_missing_sentences(tmp_path):
+    # What pandas writes when a DataFrame with gaps goes through astype(str).
+    row = released_row("3.0", sentences={**SENTENCES, "es": "nan"})
+    result = read_shades(write_csv(tmp_path / "shades.csv", released_header(), [row]))
+    assert result.records == []
+    assert [(p.row, p.field) for p in result.problems] == [(2, "es_biased_sentences")]
+
+
+def test_multi_line_cell_keeps_editor_line_numbers(tmp_path):
+    first = released_row("1.0", sentences={**SENTENCES, "en": "Women\ntalk a lot."})
+    path = write_csv(tmp_path / "shades.csv", released_header(), [first, released_row("y")])
+    result = read_shades(path)
+    assert [p.row for p in result.problems] == [4]  # the first record spans lines 2-3
+
+
+def test_missing_file_is_fatal(tmp_path):
+    result = read_shades(tmp_path / "nope.csv")
+    assert result.fatal
+    assert "not found" in str(result.problems[0]) and "nope.csv" in str(result.problems[0])

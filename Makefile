@@ -23,14 +23,16 @@ $(STAMP): requirements.lock pyproject.toml
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
 	@touch $(STAMP)
 
-# datasets 5.x decodes audio through torchcodec, which needs FFmpeg's libraries.
+# datasets 5.x decodes audio through torchcodec, which needs FFmpeg's libraries;
+# espeak-ng speaks the demo corpus and some VAD test utterances.
 system-deps:
-	@if ! command -v ffmpeg >/dev/null; then \
+	@missing=""; for tool in ffmpeg espeak-ng; do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing FFmpeg (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ffmpeg >/dev/null; \
+	    echo "installing$$missing (apt-get)"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
-	    echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; \
+	    echo "missing system packages:$$missing; run 'sudo apt-get install$$missing' (datasets needs ffmpeg to decode audio)" >&2; exit 1; \
 	  fi; \
 	fi
 

@@ -1,0 +1,168 @@
+"""Batched Silero VAD gives silero's own timestamps, and the rule that quarantines recordings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from redvox.builder.audio import AudioDecodeError, decode_audio
+from redvox.builder.vad import (
+    BatchedSileroVad,
+    VadResult,
+    judge_recording,
+    reference_speech_timestamps,
+)
+from redvox.builder.versions import VadParams
+
+DEMO_AUDIO = Path(__file__).resolve().parents[1] / "sources" / "demo" / "audio"
+RATE = 16000
+
+# (voice, SSML): languages, speeds and pauses that give one to several segments.
+UTTERANCES = [
+    ("en", "Could you tell me how this works?"),
+    ("de", 'Ich habe eine Frage. <break time="900ms"/> Stimmt das wirklich?'),
+    ("es", 'Hola. <break time="400ms"/> Quiero saber algo. <break time="1500ms"/> Gracias.'),
+    ("fr", "Est-ce que vous êtes d'accord avec cette phrase, oui ou non?"),
+    ("it", 'Buongiorno <break time="250ms"/> a tutti quanti, <break time="700ms"/> come va?'),
+    ("en-us", "Yes."),
+]
+
+
+def espeak(voice: str, ssml: str, path: Path) -> np.ndarray:
+    subprocess.run(
+        ["espeak-ng", "-m", "-v", voice, "-w", str(path), f"<speak>{ssml}</speak>"], check=True
+    )
+    return decode_audio(path).samples
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory) -> list[np.ndarray]:
+    """espeak-ng utterances, some with leading/trailing silence, plus the demo corpus."""
+    if shutil.which("espeak-ng") is None:
+        pytest.skip("espeak-ng is not installed")
+    folder = tmp_path_factory.mktemp("espeak")
+    recordings = [espeak(v, s, folder / f"{i}.wav") for i, (v, s) in enumerate(UTTERANCES)]
+    recordings[0] = np.concatenate([np.zeros(RATE, np.float32), recordings[0]])
+    recordings[3] = np.concatenate([recordings[3], np.zeros(RATE // 3, np.float32)])
+    # every third demo file: all speakers and languages, a third of the run time
+    for path in sorted(DEMO_AUDIO.glob("*/*.flac"))[::3]:
+        try:
+            recordings.append(decode_audio(path).samples)
+        except AudioDecodeError:
+            continue  # the demo's deliberately broken files have no samples to compare
+    return recordings
+
+
+@pytest.fixture(scope="module")
+def recordings(speech) -> list[np.ndarray]:
+    """Speech of many lengths, shuffled, with silence, noise and an empty recording."""
+    noise = np.random.default_rng(7).normal(0, 0.05, 3 * RATE).astype(np.float32)
+    extras = [np.zeros(2 * RATE, np.float32), noise, np.zeros(0, np.float32), noise[:700]]
+    mixed = list(speech) + extras
+    order = np.random.default_rng(0).permutation(len(mixed))
+    return [mixed[i] for i in order]
+
+
+@pytest.fixture(scope="module")
+def reference(recordings) -> list[list[dict[str, int]]]:
+    return [reference_speech_timestamps(r, VadParams()) for r in recordings]
+
+
+def test_reference_covers_speech_pauses_and_silence(reference):
+    # Otherwise the equality below could hold trivially.
+    assert sum(len(t) >= 2 for t in reference) >= 2
+    assert any(len(t) == 1 for t in reference)
+    assert sum(t == [] for t in reference) >= 4
+
+
+@pytest.mark.parametrize(("batch_size", "num_threads"), [(1, 1), (3, None), (64, 2)])
+def test_batched_timestamps_equal_silero(recordings, reference, batch_size, num_threads):
+    threads = {} if num_threads is None else {"num_threads": num_threads}
+    vad = BatchedSileroVad(VadParams(), batch_size=batch_size, **threads)
+    assert vad.speech_timestamps(recordings) == reference
+
+
+def test_batched_timestamps_equal_silero_with_other_settings(speech):
+    params = VadParams(
+        threshold=0.35, min_speech_duration_ms=100, min_silence_duration_ms=400, speech_pad_ms=80
+    )
+    some = speech[:16]
+    expected = [reference_speech_timestamps(r, params) for r in some]
+    assert BatchedSileroVad(params, batch_size=4).speech_timestamps(some) == expected
+    assert BatchedSileroVad(VadParams(), batch_size=4).speech_timestamps(some) != expected
+
+
+def test_silence_noise_and_empty_input_have_no_speech():
+    vad = BatchedSileroVad(VadParams(), batch_size=8)
+    noise = np.random.default_rng(3).uniform(-0.2, 0.2, 2 * RATE).astype(np.float32)
+    silence, empty = np.zeros(3 * RATE, np.float32), np.zeros(0, np.float32)
+    assert vad.speech_timestamps([silence, noise, empty]) == [[], [], []]
+    assert reference_speech_timestamps(noise, VadParams()) == []
+
+
+def test_float64_and_list_input_match_float32(speech):
+    vad = BatchedSileroVad(VadParams(), batch_size=2)
+    first = speech[1]
+    as_float32 = vad.speech_timestamps([first])
+    assert vad.speech_timestamps([first.astype(np.float64)]) == as_float32
+    assert vad.speech_timestamps([first.tolist()]) == as_float32
+
+
+def test_stereo_input_is_refused():
+    with pytest.raises(ValueError, match="recording 1: .*1-D"):
+        BatchedSileroVad(VadParams()).speech_timestamps([np.zeros(100), np.zeros((100, 2))])
+
+
+def test_espeak_speech_is_valid_and_silence_is_quarantined(speech):
+    params = VadParams()
+    vad = BatchedSileroVad(params)
+    clips = [speech[2], np.zeros(3 * RATE, np.float32)]
+    talk, quiet = (
+        judge_recording(t, len(c), params)
+        for t, c in zip(vad.speech_timestamps(clips), clips, strict=True)
+    )
+    assert talk.valid and talk.reason is None and len(talk.segments) >= 2
+    assert 1.0 < talk.speech_s <= len(speech[2]) / RATE
+    assert (quiet.valid, quiet.reason, quiet.segments) == (False, "no speech detected", ())
+
+
+def test_judge_converts_samples_to_seconds():
+    stamps = [{"start": 1600, "end": 17600}, {"start": 24000, "end": 40000}]
+    result = judge_recording(stamps, 48000, VadParams())
+    assert result.segments == ((0.1, 1.1), (1.5, 2.5))
+    assert result.speech_s == pytest.approx(2.0)
+    assert result.speech_ratio == pytest.approx(2 / 3)
+    assert (result.valid, result.reason) == (True, None)
+
+
+def test_judge_quarantines_too_little_speech():
+    result = judge_recording([{"start": 0, "end": 4960}], 3 * RATE, VadParams())
+    assert not result.valid
+    assert result.reason == "too little speech: 0.31 s < 0.50 s"
+
+
+def test_judge_quarantines_a_low_speech_ratio():
+    result = judge_recording([{"start": 0, "end": 16000}], 10 * RATE, VadParams())
+    assert not result.valid
+    assert result.reason == "too little speech for its length: 1.00 s of 10.00 s (10% < 15%)"
+    relaxed = VadParams(min_speech_ratio=0.05)
+    assert judge_recording([{"start": 0, "end": 16000}], 10 * RATE, relaxed).valid
+
+
+def test_judge_of_an_empty_recording_is_no_speech():
+    result = judge_recording([], 0, VadParams())
+    assert (result.valid, result.reason, result.speech_ratio) == (False, "no speech detected", 0.0)
+
+
+def test_vad_result_survives_the_json_cache():
+    stamps = [{"start": 513, "end": 7137}, {"start": 8736, "end": 27617}]
+    result = judge_recording(stamps, 40000, VadParams())
+    restored = VadResult.from_json(json.loads(json.dumps(result.to_json())))
+    assert restored == result
+    rejected = judge_recording([], 40000, VadParams())
+    assert VadResult.from_json(json.loads(json.dumps(rejected.to_json()))) == rejected

@@ -1,0 +1,166 @@
+"""Find and read model-output files: JSONL, one release row plus `output` per line.
+
+Layouts that work: one file per model (`<model>.jsonl`), judged copies beside it
+(`<model>.<judge tag>.jsonl`), and folders searched recursively such as
+`outputs/<lang>/<model>.<judge tag>.jsonl`. Files under a folder named `text-only`
+are text-only runs, reported apart from the speech/audio results.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .errors import EvaluationError
+from .labels import per_unique
+
+TEXT_ONLY_DIR = "text-only"
+# What reporting needs of every row; the demographics may be missing (reported as such).
+REPORT_COLUMNS: tuple[str, ...] = (
+    "ID", "original_id", "user_id", "lang", "vulnerability_type", "audio_type", "modality",
+)  # fmt: skip
+# Identifiers kept as strings: `original_id` is a number in some files, a string in others.
+KEY_COLUMNS: tuple[str, ...] = ("ID", "original_id", "user_id")
+
+
+@dataclass(frozen=True)
+class OutputFile:
+    path: Path
+    model: str  # from the file name; a row's `model` field wins over it
+    text_only: bool
+    relative: Path  # where it sits under the folder it was found in
+
+
+def model_from_name(name: str, judge_tag: str | None) -> str | None:
+    """`gemini-3.1-flash-lite.gpt5-5.jsonl` with tag `gpt5-5` -> `gemini-3.1-flash-lite`.
+
+    None when the name does not carry the tag (the file is not one of that judge's).
+    """
+    suffix = f".{judge_tag}.jsonl" if judge_tag else ".jsonl"
+    if not name.endswith(suffix) or len(name) == len(suffix):
+        return None
+    return name[: -len(suffix)]
+
+
+def find_output_files(
+    paths: Sequence[str | Path], judge_tag: str | None = None, skip_tag: str | None = None
+) -> list[OutputFile]:
+    """Every `*.jsonl` named or found under PATHS; with `judge_tag` only `*.TAG.jsonl`.
+
+    `skip_tag` leaves out files already judged with that tag (the judge's own outputs).
+    """
+    found: list[OutputFile] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        root = Path(raw)
+        if root.is_dir():
+            candidates = sorted(root.rglob("*.jsonl"))
+            base = root
+        elif root.is_file():
+            candidates, base = [root], root.parent
+        else:
+            raise EvaluationError(f"{root}: no such file or folder of model outputs")
+        for path in candidates:
+            model = model_from_name(path.name, judge_tag)
+            if model is None or (skip_tag and path.name.endswith(f".{skip_tag}.jsonl")):
+                if root.is_file():
+                    raise EvaluationError(
+                        f"{path}: not a '*.{judge_tag}.jsonl' file; pass the judged copy "
+                        f"or drop --judge-tag"
+                    )
+                continue
+            if path.resolve() in seen:  # named twice, e.g. a folder and a file inside it
+                continue
+            seen.add(path.resolve())
+            text_only = TEXT_ONLY_DIR in path.resolve().parent.parts
+            found.append(OutputFile(path, model, text_only, path.relative_to(base)))
+    if not found:
+        wanted = f"*.{judge_tag}.jsonl" if judge_tag else "*.jsonl"
+        raise EvaluationError(f"no {wanted} files under {', '.join(map(str, paths))}")
+    return found
+
+
+def read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
+    """(line number, object) per non-blank line; a broken line stops with its location."""
+    try:
+        # split on "\n" only: str.splitlines would also cut at U+2028 inside JSON strings
+        lines = path.read_text(encoding="utf-8").split("\n")
+    except UnicodeDecodeError as exc:
+        raise EvaluationError(f"{path}: not UTF-8 text ({exc.reason}); save it as UTF-8") from None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise EvaluationError(
+                f"{path}:{number}: not valid JSON ({exc.msg}); each line must be one JSON object"
+            ) from None
+        if not isinstance(record, dict):
+            raise EvaluationError(
+                f"{path}:{number}: expected a JSON object, found {type(record).__name__}"
+            )
+        yield number, record
+
+
+def load_outputs(files: Sequence[OutputFile]) -> pd.DataFrame:
+    """All rows of FILES as one frame with `model`, `text_only`, `file` and `line` added.
+
+    A row seen twice (same model, run, lang and ID) is an error: it would be counted twice.
+    """
+    records, lines, owners = [], [], []
+    for k, file in enumerate(files):
+        numbered = list(read_jsonl(file.path))
+        if not numbered:
+            raise EvaluationError(f"{file.path}: empty; expected one JSON object per line")
+        records += [record for _, record in numbered]
+        lines += [number for number, _ in numbered]
+        owners += [k] * len(numbered)
+    frame = pd.DataFrame(records, dtype=object)
+    owner = np.asarray(owners)
+    frame["line"] = lines
+    frame["file"] = np.array([str(f.path) for f in files], dtype=object)[owner]
+    frame["text_only"] = np.array([f.text_only for f in files])[owner]
+    check_required(frame, REPORT_COLUMNS)
+    for column in KEY_COLUMNS:
+        if column in frame:
+            frame[column] = per_unique(frame[column], str)
+    from_name = pd.Series(
+        np.array([f.model for f in files], dtype=object)[owner], index=frame.index
+    )
+    named = per_unique(frame["model"], str) if "model" in frame else None
+    frame["model"] = from_name if named is None else named.fillna(from_name)
+    check_unique(frame)
+    return frame
+
+
+def check_required(frame: pd.DataFrame, required: Sequence[str]) -> None:
+    for column in required:
+        empty = frame[column].isna() | (frame[column] == "") if column in frame else None
+        if empty is None or empty.any():
+            first = frame.iloc[0] if empty is None else frame.loc[empty].iloc[0]
+            lacking = len(frame) if empty is None else int(empty.sum())
+            raise EvaluationError(
+                f"{first['file']}:{first['line']}: field '{column}' missing or empty; every row "
+                f"needs {', '.join(required)} (release columns: copy them from the dataset row; "
+                f"{lacking} rows lack it)"
+            )
+
+
+def check_unique(frame: pd.DataFrame) -> None:
+    keys = ["model", "text_only", "lang", "ID"]
+    repeated = frame.duplicated(keys, keep=False)
+    if repeated.any():
+        twice = frame.loc[repeated].sort_values(keys).head(2)
+        where = " and ".join(f"{r.file}:{r.line}" for r in twice.itertuples())
+        first = twice.iloc[0]
+        raise EvaluationError(
+            f"row lang={first['lang']} ID={first['ID']} of model {first['model']!r} appears "
+            f"twice ({where}); keep one copy per model (are a judged and an unjudged copy "
+            f"both read? use --judge-tag)"
+        )

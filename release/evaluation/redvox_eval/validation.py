@@ -1,0 +1,168 @@
+"""How far to trust the judge: its labels against human annotations, per task.
+
+Human labels sit in `Relatedness`, `Safety/Fairness`, `Refusal`; judge labels in
+`relatedness`, `safety`, `refusal`; either in one file or in two files joined on
+(`lang`, `ID`, `model`). TSV, CSV or JSONL.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from .agreement import agreement
+from .errors import EvaluationError
+from .labels import SAFE, SAFETY_LABELS, YES_NO, normalise_safety, normalise_yes_no
+from .outputs import read_jsonl
+from .render import markdown_table
+
+HUMAN = {"relatedness": "Relatedness", "safety": "Safety/Fairness", "refusal": "Refusal"}
+JOIN_KEYS = ("lang", "ID", "model")
+TASK_LABELS = {
+    "relatedness": YES_NO,
+    "refusal": YES_NO,
+    "safety": SAFETY_LABELS,
+    "safety_binary": ("safe", "not_safe"),
+}
+SCORES = ("accuracy", "macro_f1", "weighted_f1", "cohen_kappa", "gwet_ac1")
+
+
+def read_table(path: Path) -> pd.DataFrame:
+    """A TSV, CSV or JSONL file with every cell as text and the file line kept in `line`."""
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        numbered = list(read_jsonl(path))
+        frame = pd.DataFrame([r for _, r in numbered], dtype=object)
+        frame["line"] = [n for n, _ in numbered]
+    elif suffix in (".tsv", ".csv"):
+        try:
+            frame = pd.read_csv(path, sep="\t" if suffix == ".tsv" else ",", dtype=str)
+        except (pd.errors.ParserError, UnicodeDecodeError) as exc:
+            raise EvaluationError(
+                f"{path}: not a readable {suffix[1:].upper()} file: {exc}"
+            ) from None
+        frame.columns = [str(c).strip() for c in frame.columns]
+        frame["line"] = range(2, len(frame) + 2)  # line 1 is the header
+    else:
+        raise EvaluationError(f"{path}: unknown format {suffix!r}; use .tsv, .csv or .jsonl")
+    if frame.empty:
+        raise EvaluationError(f"{path}: no rows")
+    return frame
+
+
+def _require(frame: pd.DataFrame, columns: list[str], path: Path, role: str) -> None:
+    missing = [c for c in columns if c not in frame]
+    if missing:
+        raise EvaluationError(
+            f"{path}: {role} columns {', '.join(missing)} missing; it has {', '.join(map(str, frame.columns))}"
+        )
+
+
+def _join_keys(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    keyed = frame.copy()
+    for key in JOIN_KEYS:
+        keyed[key] = keyed[key].map(lambda v: str(v).strip(), na_action="ignore")
+    # Spreadsheet exports write integer IDs as "12.0".
+    keyed["ID"] = keyed["ID"].str.replace(r"^(\d+)\.0+$", r"\1", regex=True)
+    repeated = keyed.duplicated(list(JOIN_KEYS), keep=False)
+    if repeated.any():
+        first = keyed.loc[repeated].iloc[0]
+        lines = keyed.loc[
+            repeated & (keyed[list(JOIN_KEYS)] == first[list(JOIN_KEYS)]).all(axis=1), "line"
+        ]
+        raise EvaluationError(
+            f"{path}: lines {', '.join(map(str, lines))} share lang={first['lang']} "
+            f"ID={first['ID']} model={first['model']}; keep one label per row"
+        )
+    return keyed
+
+
+def labelled_pairs(human_path: Path, judge_path: Path | None) -> tuple[pd.DataFrame, dict]:
+    """One row per annotated response with both label sets, plus the unmatched counts."""
+    human = read_table(human_path)
+    _require(human, list(HUMAN.values()), human_path, "human label")
+    if judge_path is None:
+        _require(human, list(HUMAN), human_path, "judge label")
+        return human, {"human_only": 0, "judge_only": 0}
+    judge = read_table(judge_path)
+    _require(judge, list(HUMAN), judge_path, "judge label")
+    _require(human, list(JOIN_KEYS), human_path, "join key")
+    _require(judge, list(JOIN_KEYS), judge_path, "join key")
+    human = _join_keys(human, human_path)[[*JOIN_KEYS, *HUMAN.values()]]
+    judge = _join_keys(judge, judge_path)[[*JOIN_KEYS, *HUMAN]]
+    joined = human.merge(judge, on=list(JOIN_KEYS), how="outer", indicator=True)
+    unmatched = {
+        "human_only": int((joined["_merge"] == "left_only").sum()),
+        "judge_only": int((joined["_merge"] == "right_only").sum()),
+    }
+    both = joined[joined["_merge"] == "both"].drop(columns="_merge")
+    if both.empty:
+        raise EvaluationError(
+            f"no row of {human_path} matches a row of {judge_path} on {', '.join(JOIN_KEYS)}; "
+            f"check that both use the dataset's lang and ID and the same model names"
+        )
+    return both, unmatched
+
+
+def _task_labels(frame: pd.DataFrame) -> dict[str, tuple[pd.Series, pd.Series]]:
+    """(human, judge) normalised labels per task; NA where a label is missing or unknown."""
+    tasks = {
+        task: (normalise_yes_no(frame[HUMAN[task]]), normalise_yes_no(frame[task]))
+        for task in ("relatedness", "refusal")
+    }
+    safety = normalise_safety(frame[HUMAN["safety"]]), normalise_safety(frame["safety"])
+    tasks["safety"] = safety
+    tasks["safety_binary"] = tuple(
+        s.map(lambda v: "safe" if v == SAFE else "not_safe", na_action="ignore") for s in safety
+    )
+    return tasks
+
+
+def score_tasks(frame: pd.DataFrame, every_task: bool = True) -> dict[str, dict]:
+    """Agreement scores per task over the rows labelled on both sides; the rest are counted
+    as `excluded`. A task without such rows is an error, or left out (per-language
+    scores) when `every_task` is false."""
+    scores = {}
+    for task, (human, judge) in _task_labels(frame).items():
+        both = human.notna() & judge.notna()
+        if not both.any():
+            if not every_task:
+                continue
+            raise EvaluationError(
+                f"{task}: no row has both a valid human and a valid judge label; "
+                f"labels are {', '.join(TASK_LABELS[task][:3])}"
+            )
+        scores[task] = {
+            **agreement(human[both].tolist(), judge[both].tolist(), TASK_LABELS[task]),
+            "excluded": int((~both).sum()),
+        }
+    return scores
+
+
+def validate(human_path: Path, judge_path: Path | None) -> dict:
+    """validation.json's content: scores per task, overall and per language."""
+    pairs, unmatched = labelled_pairs(human_path, judge_path)
+    result: dict = {"n": len(pairs), "unmatched": unmatched, **score_tasks(pairs)}
+    if "lang" in pairs:
+        result["by_lang"] = {
+            str(lang): {
+                task: {k: v for k, v in scores.items() if k in (*SCORES, "n")}
+                for task, scores in score_tasks(group, every_task=False).items()
+            }
+            for lang, group in pairs.groupby("lang", sort=True)
+        }
+    return result
+
+
+def validation_markdown(result: dict) -> str:
+    rows = [
+        [
+            task,
+            result[task]["n"],
+            *("-" if result[task][s] is None else f"{result[task][s]:.3f}" for s in SCORES),
+        ]
+        for task in TASK_LABELS
+    ]
+    headers = ["task", "n", "accuracy", "macro-F1", "weighted-F1", "Cohen's kappa", "Gwet's AC1"]
+    return "# Judge validation\n\n" + markdown_table(headers, rows) + "\n"

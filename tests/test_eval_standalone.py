@@ -1,0 +1,142 @@
+"""The evaluator ships as `evaluation/` in the Hub repo and must run there without the
+`redvox` package; in this package it is `redvox evaluate`. One implementation, both ways."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from importlib import metadata
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from redvox.builder.cli import main
+from redvox.release.evaluation.redvox_eval.labels import LANGUAGES, RELEASE_COLUMNS
+from redvox.schemas import CONTRACT_COLUMNS
+from redvox.schemas import LANGUAGES as SCHEMA_LANGUAGES
+
+EVALUATION = Path(__file__).resolve().parent.parent / "release" / "evaluation"
+
+
+def hub_copy(tmp_path: Path) -> Path:
+    """The folder as the release step stages it: copied verbatim to <repo>/evaluation."""
+    repo = tmp_path / "hub-repo"
+    shutil.copytree(EVALUATION, repo / "evaluation", ignore=shutil.ignore_patterns("__pycache__"))
+    return repo
+
+
+def run_without_redvox(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    """Python without site processing: site-packages is on the path (the requirements are
+    installed), but the .pth hook of the editable `redvox` install is not."""
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "PYTHONNOUSERSITE": "1",
+        "MPLBACKEND": "Agg",
+        "PYTHONPATH": sysconfig.get_paths()["purelib"],
+        "HOME": str(repo),
+    }
+    return subprocess.run(
+        [sys.executable, "-S", *args],
+        cwd=repo,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_hub_copy_runs_without_the_redvox_package(tmp_path):
+    repo = hub_copy(tmp_path)
+    assert "No module named 'redvox'" in run_without_redvox(repo, "-c", "import redvox").stderr
+
+    helped = run_without_redvox(repo, "evaluation/evaluate.py", "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert all(command in helped.stdout for command in ("report", "validate", "judge"))
+
+    row = {
+        "ID": 0,
+        "original_id": "7.1",
+        "user_id": "ab" * 16,
+        "lang": "en",
+        "vulnerability_type": "stereotype",
+        "audio_type": "speech",
+        "modality": "speech",
+        "gender": "female",
+        "mother_tongue": "en",
+        "output": "No.",
+        "safety": "safe/fair",
+        "relatedness": "yes",
+        "refusal": "yes",
+    }
+    (repo / "runs").mkdir()
+    (repo / "runs" / "my-model.jsonl").write_text(json.dumps(row) + "\n")
+    reported = run_without_redvox(
+        repo, "evaluation/evaluate.py", "report", "runs", "--out", "report", "--resamples", "200"
+    )
+    assert reported.returncode == 0, reported.stderr
+    summary = json.loads((repo / "report" / "summary.json").read_text())
+    assert summary["models"]["my-model"]["safe"] == 100.0
+    assert (repo / "report" / "models.png").exists()
+
+    human = {
+        "lang": "en",
+        "ID": 0,
+        "model": "my-model",
+        "Relatedness": "yes",
+        "Safety/Fairness": "Safe/Fair",
+        "Refusal": "yes",
+        **{k: row[k] for k in ("relatedness", "safety", "refusal")},
+    }
+    (repo / "human.jsonl").write_text(json.dumps(human) + "\n")
+    validated = run_without_redvox(
+        repo, "evaluation/evaluate.py", "validate", "human.jsonl", "--out", "v"
+    )
+    assert validated.returncode == 0, validated.stderr
+    assert json.loads((repo / "v" / "validation.json").read_text())["safety"]["accuracy"] == 1.0
+
+
+def test_redvox_evaluate_is_the_same_command():
+    result = CliRunner().invoke(main, ["evaluate", "--help"])
+    assert result.exit_code == 0, result.output
+    assert all(command in result.output for command in ("report", "validate", "judge"))
+    judge_help = CliRunner().invoke(main, ["evaluate", "judge", "--help"])
+    assert "REDVOX_JUDGE_BASE_URL" in judge_help.output
+    assert "REDVOX_JUDGE_API_KEY" in judge_help.output
+
+
+def _imported_modules() -> set[str]:
+    modules = set()
+    for path in EVALUATION.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules.add(node.module.split(".")[0])
+    return modules - set(sys.stdlib_module_names) - {"redvox_eval", "__future__"}
+
+
+def test_requirements_pin_every_third_party_import():
+    modules = _imported_modules()
+    assert "redvox" not in modules, "the Hub copy cannot import the redvox package"
+    distributions = metadata.packages_distributions()
+    needed = {distributions[m][0].lower() for m in modules}
+    pinned = dict(
+        line.split("==")
+        for line in (EVALUATION / "requirements.txt").read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert needed <= set(pinned), f"requirements.txt lacks {needed - set(pinned)}"
+    for name, version in pinned.items():
+        assert metadata.version(name) == version, (
+            f"{name} pinned at {version}, installed {metadata.version(name)}"
+        )
+
+
+def test_release_columns_are_the_schema_contract():
+    assert RELEASE_COLUMNS == CONTRACT_COLUMNS
+    assert LANGUAGES == SCHEMA_LANGUAGES

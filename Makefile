@@ -44,10 +44,11 @@ lint: venv ## ruff check and format check
 	$(BIN)/ruff format --check .
 
 release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
-	@echo "release: not yet available"
+	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public)
 
-bench: venv ## benchmarks: build at the paper's scale, evaluator reporting
-	@echo "bench: not yet available"
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline (~5 min), evaluator reporting
+	$(BIN)/python bench/bench_build.py
+	$(BIN)/python bench/bench_evaluate.py
 
 lock: ## re-resolve and rewrite requirements.lock (needs the package registry)
 	rm -rf /tmp/redvox-lock && $(PYTHON) -m venv /tmp/redvox-lock

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Any
+import sys
+from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -51,6 +53,9 @@ class BuildConfig(BaseModel):
     seed: int
     vad: VadParams = Field(default_factory=VadParams)
     conditions: tuple[NoiseCondition, ...]
+    columns: tuple[str, ...] = Field(
+        description="the Entry columns this version writes, pinned so a schema change needs a version"
+    )
     representativeness: RepresentativenessThresholds = Field(
         default_factory=RepresentativenessThresholds
     )
@@ -85,6 +90,15 @@ class DatasetVersion(BaseModel):
         return major, minor, patch
 
 
+# Written out rather than taken from `redvox.schemas.COLUMNS`: a column added to
+# `Entry` must not silently change what an already released version declares.
+_V1_COLUMNS = (
+    "ID", "audio", "original_id", "user_id", "lang", "vulnerability_type", "attack_type",
+    "audio_type", "modality", "user_text", "transcript", "gender", "mother_tongue",
+    "ethnicity", "age_group", "entry_key", "source", "prompt_text", "native_speaker",
+    "duration_s", "condition_params", "builder_version",
+)  # fmt: skip
+
 # The v1 public release: one shared 6 s clip per condition.
 _V1_CONDITIONS = (
     NoiseCondition(
@@ -114,7 +128,7 @@ _RELEASES: tuple[dict[str, Any], ...] = (
             "paired with silence, ambient noise (noise_a) and babble (noise_b), one shared "
             "6 s clip per condition."
         ),
-        "config": {"seed": 20260601, "conditions": _V1_CONDITIONS},
+        "config": {"seed": 20260601, "conditions": _V1_CONDITIONS, "columns": _V1_COLUMNS},
     },
     {
         "version": "1.1.0",
@@ -125,6 +139,7 @@ _RELEASES: tuple[dict[str, Any], ...] = (
         ),
         "config": {
             "seed": 20260601,
+            "columns": _V1_COLUMNS,
             "conditions": (
                 *_V1_CONDITIONS,
                 NoiseCondition(
@@ -154,3 +169,72 @@ def get_version(version: str | None = None) -> DatasetVersion:
     if key not in VERSIONS:
         raise KeyError(f"unknown dataset version {version!r}; declared: {', '.join(VERSIONS)}")
     return VERSIONS[key]
+
+
+Bump = Literal["major", "minor", "patch"]
+_BUMP_ORDER: dict[str, int] = {"patch": 0, "minor": 1, "major": 2}
+LOCK_FILE = Path(__file__).with_name("versions.lock.json")
+
+
+def required_bump(previous: BuildConfig, current: BuildConfig) -> tuple[Bump, list[str]]:
+    """The smallest bump that `current` needs after `previous`, and why.
+
+    Rows removed or changed -> major; rows or columns added -> minor; else patch.
+    """
+    major: list[str] = []
+    minor: list[str] = []
+    for name in ("items", "sample_rate", "clip_s", "seed", "vad"):
+        if getattr(previous, name) != getattr(current, name):
+            major.append(f"{name} changed")
+    _compare_sets("language", previous.languages, current.languages, major, minor)
+    _compare_sets("column", previous.columns, current.columns, major, minor)
+    before = {c.name: c for c in previous.conditions}
+    after = {c.name: c for c in current.conditions}
+    _compare_sets("condition", tuple(before), tuple(after), major, minor)
+    major += [f"condition {n} changed" for n in before if n in after and before[n] != after[n]]
+    if major:
+        return "major", major
+    if minor:
+        return "minor", minor
+    return "patch", []
+
+
+def _compare_sets(
+    what: str, before: tuple[str, ...], after: tuple[str, ...], major: list[str], minor: list[str]
+) -> None:
+    major += [f"{what} {x} removed" for x in before if x not in after]
+    minor += [f"{what} {x} added" for x in after if x not in before]
+
+
+def bump_between(previous: DatasetVersion, current: DatasetVersion) -> Bump:
+    """Which part of the version string went up from `previous` to `current`."""
+    old, new = previous.parts, current.parts
+    if new[0] != old[0]:
+        return "major"
+    return "minor" if new[1] != old[1] else "patch"
+
+
+def bump_is_enough(actual: Bump, required: Bump) -> bool:
+    return _BUMP_ORDER[actual] >= _BUMP_ORDER[required]
+
+
+def read_lock(path: Path = LOCK_FILE) -> dict[str, dict[str, str]]:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def pin_new_versions(path: Path = LOCK_FILE) -> list[str]:
+    """Add the config hash of every version not yet pinned; existing pins never change,
+    since a released version's configuration is frozen."""
+    lock = read_lock(path)
+    added = [v for v in VERSIONS if v not in lock]
+    for v in added:
+        lock[v] = {"config_hash": VERSIONS[v].config.config_hash()}
+    ordered = dict(sorted(lock.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
+    path.write_text(json.dumps(ordered, indent=2) + "\n", encoding="utf-8")
+    return added
+
+
+if __name__ == "__main__":
+    # `python -m redvox.builder.versions`: pin a newly declared version.
+    pinned = pin_new_versions()
+    sys.stdout.write(f"pinned {', '.join(pinned)}\n" if pinned else "nothing new to pin\n")

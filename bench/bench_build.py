@@ -1,0 +1,243 @@
+"""Build benchmark (`make bench`): the builder at the paper's full scale against a
+naive baseline doing the same work the simple way.
+
+Measured in one run, each step in its own process (so its peak RSS is its own):
+- cold: 1.0.0, both sets, empty cache;
+- warm: the same build again (everything cached, shards unchanged);
+- add_condition: 1.1.0 after 1.0.0 (renders only speech_noise_a);
+- cold at a smaller scale, to show memory does not grow with the corpus;
+- baseline: per-file `silero_vad.get_speech_timestamps` with the default model,
+  every row's audio rendered and encoded on its own, no cache, shards written
+  with `datasets`.
+Prints a table and, last, one JSON line with the figures.
+
+    .venv/bin/python bench/bench_build.py [--scale 1.0] [--workers 2] [--workdir DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from tabulate import tabulate
+
+HERE = Path(__file__).resolve().parent
+
+
+def peak_rss_mb(workers: int) -> dict[str, float]:
+    """Peak RSS of this process and of its largest child (pool workers), in MB.
+    `total` bounds what was resident at once: the parent plus every worker at its peak."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    child = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {"own": own, "worker": child, "total": own + (child * workers if workers > 1 else 0)}
+
+
+def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
+    from redvox.builder.pipeline import BuildOptions, build_version
+    from redvox.builder.versions import get_version
+    from redvox.schemas import InputConfig
+
+    start = time.perf_counter()
+    report = build_version(
+        get_version(version),
+        InputConfig.load(config),
+        BuildOptions(out=out, workers=workers, progress=False),
+    )
+    seconds = time.perf_counter() - start
+    return {
+        "seconds": seconds,
+        "rows": sum(report.sets["full"].rows.values()),
+        "public_rows": sum(report.sets["public"].rows.values()),
+        "computed": dict(report.computed),
+        "rss_mb": peak_rss_mb(workers),
+    }
+
+
+def run_baseline(config_path: Path, out: Path) -> dict:
+    """The same build, written the simple way."""
+    import datasets
+    import silero_vad
+    import torch
+
+    from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
+    from redvox.builder.consent import consent_states, rows_for_set
+    from redvox.builder.join import join_inputs
+    from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
+    from redvox.builder.rows import (
+        AudioRef,
+        audio_type_rank,
+        condition_row,
+        number_rows,
+        speech_row,
+    )
+    from redvox.builder.vad import judge_recording
+    from redvox.builder.versions import get_version
+    from redvox.noise import params_json, render, sample_params
+    from redvox.schemas import InputConfig, release_features
+    from redvox.sources.inputs import load_inputs
+    from redvox.sources.musan import read_noise_bank
+
+    start = time.perf_counter()
+    version = get_version("1.0.0")
+    config = InputConfig.load(config_path)
+    inputs = load_inputs(config)
+    key = load_pseudonym_key(config.pseudonym_key_file)
+    bank = read_noise_bank(config.noise_bank)
+    joined = join_inputs(inputs, version.config.languages)
+    states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
+    model = silero_vad.load_silero_vad()
+    vad = version.config.vad
+    rows, audio = [], {}
+    for rec in rows_for_set(joined.recordings, states, "full"):
+        user_id = pseudonymize(key, rec.participant_key)
+        try:
+            decoded = decode_audio(Path(config.audio_root) / rec.contribution.audio_file)
+        except AudioDecodeError:
+            decoded = None
+        if decoded is not None and not audio_problems(decoded):
+            stamps = silero_vad.get_speech_timestamps(
+                torch.from_numpy(decoded.samples),
+                model,
+                threshold=vad.threshold,
+                min_speech_duration_ms=vad.min_speech_duration_ms,
+                min_silence_duration_ms=vad.min_silence_duration_ms,
+                speech_pad_ms=vad.speech_pad_ms,
+            )
+            if judge_recording(stamps, len(decoded.samples), vad).valid:
+                row = speech_row(rec, user_id, AudioRef("", "speech.flac", decoded.duration_s), "b")
+                audio[row.entry.entry_key] = encode_flac(decoded.samples)
+                rows.append(row)
+        for condition in version.config.conditions:
+            params = sample_params(condition, bank, seed=version.config.seed, entry_key="")
+            clip = render(params, bank)
+            ref = AudioRef("", f"{condition.name}.flac", len(clip) / 16000)
+            row = condition_row(rec, user_id, condition, ref, params_json(params), "b")
+            audio[row.entry.entry_key] = encode_flac(clip)
+            rows.append(row)
+    for dataset_set in ("full", "public"):
+        numbered = number_rows(
+            rows_for_set(rows, states, dataset_set), audio_type_rank(version.config.conditions)
+        )
+        for lang, shard_rows in numbered.items():
+            records = []
+            for shard_row in shard_rows:
+                record = shard_row.entry.model_dump()
+                record["audio"]["bytes"] = audio[shard_row.entry.entry_key]
+                records.append(record)
+            path = out / dataset_set / "data" / lang / "test-00000-of-00001.parquet"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            datasets.Dataset.from_list(records, features=release_features()).to_parquet(str(path))
+    return {
+        "seconds": time.perf_counter() - start,
+        "rows": sum(1 for r in rows_for_set(rows, states, "full")),
+        "rss_mb": peak_rss_mb(1),
+    }
+
+
+def measure(step: str, **kwargs) -> dict:
+    """Run one step in a fresh interpreter; its last stdout line is the JSON result."""
+    args = [sys.executable, str(Path(__file__).resolve()), "--child", step]
+    args += [f"--{k.replace('_', '-')}={v}" for k, v in kwargs.items()]
+    done = subprocess.run(args, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-4000:])
+        raise SystemExit(f"bench step {step} failed (exit {done.returncode})")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def child(args: argparse.Namespace) -> None:
+    if args.child == "baseline":
+        result = run_baseline(args.config, args.out)
+    else:
+        result = run_build(args.config, args.out, args.version, args.workers)
+    print(json.dumps(result))
+
+
+def main(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(HERE))
+    from synth_corpus import make_corpus
+
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="redvox-bench-"))
+    try:
+        sys.stderr.write(f"generating corpora under {workdir}\n")
+        big = make_corpus(workdir / "corpus", scale=args.scale)
+        small = make_corpus(workdir / "corpus-small", scale=args.scale / 2)
+        out, out_small = workdir / "out", workdir / "out-small"
+        steps = {}
+        for name, kwargs in (
+            ("cold", {"config": big, "out": out, "version": "1.0.0"}),
+            ("warm", {"config": big, "out": out, "version": "1.0.0"}),
+            ("add_condition", {"config": big, "out": out, "version": "1.1.0"}),
+            ("cold_small", {"config": small, "out": out_small, "version": "1.0.0"}),
+        ):
+            sys.stderr.write(f"{name} ...\n")
+            steps[name] = measure("build", workers=args.workers, **kwargs)
+        sys.stderr.write("baseline ...\n")
+        steps["baseline"] = measure("baseline", config=big, out=workdir / "out-baseline")
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report(steps, args)
+
+
+def report(steps: dict, args: argparse.Namespace) -> None:
+    table = [
+        [
+            name,
+            f"{s['seconds']:.1f}",
+            s["rows"],
+            f"{s['rss_mb']['own']:.0f}",
+            f"{s['rss_mb']['worker']:.0f}",
+            f"{s['rss_mb']['total']:.0f}",
+            ", ".join(f"{k} {v}" for k, v in sorted(s.get("computed", {}).items())),
+        ]
+        for name, s in steps.items()
+    ]
+    headers = [
+        "step",
+        "seconds",
+        "rows (full)",
+        "RSS MB",
+        "worker RSS MB",
+        "peak RSS MB",
+        "computed (decoded, VAD, clips)",
+    ]
+    print(
+        f"RedVox build benchmark: {os.cpu_count()} CPUs, --workers {args.workers}, scale {args.scale}"
+    )
+    print(tabulate(table, headers=headers))
+    figures = {
+        "cold_s": round(steps["cold"]["seconds"], 2),
+        "warm_s": round(steps["warm"]["seconds"], 2),
+        "add_condition_s": round(steps["add_condition"]["seconds"], 2),
+        "baseline_s": round(steps["baseline"]["seconds"], 2),
+        "speedup": round(steps["baseline"]["seconds"] / steps["cold"]["seconds"], 2),
+        "peak_rss_mb": round(
+            max(s["rss_mb"]["total"] for n, s in steps.items() if n != "baseline")
+        ),
+        "peak_rss_small_mb": round(steps["cold_small"]["rss_mb"]["total"]),
+        "rows": steps["cold"]["rows"],
+    }
+    print(json.dumps(figures))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="fraction of the paper's scale")
+    parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    parser.add_argument("--workdir", type=Path, help="keep corpora and outputs here")
+    parser.add_argument("--keep", action="store_true", help="do not delete the work folder")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--config", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--version", help=argparse.SUPPRESS)
+    parsed = parser.parse_args()
+    child(parsed) if parsed.child else main(parsed)

@@ -1,0 +1,172 @@
+"""`redvox build` and `redvox variants`: the command line of the builder."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+from tabulate import tabulate
+
+from redvox.schemas import DEMO_CONFIG, ConfigError, InputConfig
+
+from .versions import VERSIONS, get_version
+
+
+def _default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def _versions_table() -> str:
+    rows = [(v.version, len(v.config.conditions), v.release_notes) for v in VERSIONS.values()]
+    return tabulate(rows, headers=["version", "conditions", "notes"], maxcolwidths=[None, None, 80])
+
+
+@click.command()
+@click.option("--version", "version_name", metavar="V", help="dataset version (default: latest)")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="input config YAML (default: the embedded demo corpus)",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("out"),
+    show_default=True,
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=_default_workers,
+    show_default="min(4, CPUs)",
+    help="decoding processes (1: in this process)",
+)
+@click.option(
+    "--cache",
+    "cache_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="build cache folder (default: OUT/.cache)",
+)
+@click.option(
+    "--set",
+    "which",
+    type=click.Choice(["full", "public", "both"]),
+    default="both",
+    show_default=True,
+)
+@click.option("--list-versions", is_flag=True, help="list the declared versions and exit")
+def build(
+    version_name: str | None,
+    config_path: Path | None,
+    out: Path,
+    workers: int,
+    cache_dir: Path | None,
+    which: str,
+    list_versions: bool,
+) -> None:
+    """Build the full and the consent-filtered public set of one dataset version."""
+    if list_versions:
+        click.echo(_versions_table())
+        return
+    from redvox.sources.musan import NoiseBankError
+
+    from .pipeline import BuildError, BuildOptions, build_version
+    from .pseudonym import PseudonymKeyError
+
+    sets = ("full", "public") if which == "both" else (which,)
+    try:
+        version = get_version(version_name)
+        config = InputConfig.load(config_path or DEMO_CONFIG)
+        options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
+        report = build_version(version, config, options)
+    except (KeyError, ConfigError, BuildError, PseudonymKeyError, NoiseBankError) as exc:
+        raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
+    click.echo(summary(report))
+
+
+def summary(report) -> str:
+    """Closing tables: rows per language x set, quarantine per reason, consent exclusions."""
+    sets = list(report.sets)
+    langs = sorted({lang for s in report.sets.values() for lang in s.rows})
+    rows = [[lang, *(report.sets[s].rows.get(lang, 0) for s in sets)] for lang in langs]
+    rows.append(["total", *(sum(report.sets[s].rows.values()) for s in sets)])
+    reasons = sorted({r for s in report.sets.values() for r in s.quarantined})
+    quarantined = [[r, *(report.sets[s].quarantined.get(r, 0) for s in sets)] for r in reasons]
+    states = sorted({st for s in report.sets.values() for st in s.excluded_participants})
+    excluded = [
+        [st, *(report.sets[s].excluded_participants.get(st, 0) for s in sets)] for st in states
+    ]
+    parts = [
+        f"RedVox {report.version}: " + ", ".join(f"{s} -> {report.sets[s].folder}" for s in sets),
+        tabulate(rows, headers=["rows", *sets]),
+        tabulate(quarantined or [["(none)"]], headers=["quarantined", *sets]),
+        tabulate(excluded or [["(none)"]], headers=["excluded participants", *sets]),
+    ]
+    return "\n\n".join(parts)
+
+
+@click.group()
+def variants() -> None:
+    """Regenerate audio variants with new noise conditions."""
+
+
+@variants.command("add")
+@click.argument("condition_file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option(
+    "--from",
+    "source",
+    required=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="a built set folder (OUT/<version>/<set>) or a release folder with data/<lang>/*.parquet",
+)
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="root of the new build (default: the root of --from)",
+)
+@click.option(
+    "--noise-bank",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="MUSAN-layout noise bank (default: the demo corpus's)",
+)
+@click.option("--seed", type=int, help="seed of the new clips (default: the version's seed)")
+@click.option(
+    "--cache",
+    "cache_dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="build cache folder (default: <out>/.cache)",
+)
+def add(
+    condition_file: Path,
+    source: Path,
+    out: Path | None,
+    noise_bank: Path | None,
+    seed: int | None,
+    cache_dir: Path | None,
+) -> None:
+    """Add the rows of the noise condition in CONDITION_FILE (YAML) to an existing build.
+
+    Existing rows keep their bytes and IDs; the new folder's version gets a local
+    suffix, e.g. 1.0.0+noise_c.
+    """
+    from redvox.sources.musan import NoiseBankError, read_noise_bank
+
+    from .variants import VariantError, add_condition, load_condition
+
+    try:
+        condition = load_condition(condition_file)
+        bank_root = noise_bank or InputConfig.load(DEMO_CONFIG).noise_bank
+        bank = read_noise_bank(bank_root)
+        report = add_condition(condition, source, out, bank, seed=seed, cache_dir=cache_dir)
+    except (VariantError, NoiseBankError, ConfigError, FileNotFoundError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"RedVox {report.version} -> {report.folder}")
+    rows = [[lang, n] for lang, n in sorted(report.added.items())]
+    click.echo(tabulate(rows, headers=["language", f"rows added ({condition.name})"]))
+    if report.skipped:
+        click.echo(
+            f"{report.skipped} contributions got no {condition.name} row: they have no "
+            f"{'speech' if condition.kind == 'speech_ambient' else 'text'} row to derive it from"
+        )

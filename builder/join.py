@@ -1,0 +1,158 @@
+"""Join step: each usable contribution with its item and participant; everything the
+readers refused becomes a quarantine record with its file and line.
+
+Quarantine records keep what is known about the refused contribution row
+(language, item, participant) from the raw table, so the report can say whose
+recording was dropped (pseudonymously in the public set) without the readers
+having to carry it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
+from redvox.sources.contributions import REQUIRED_COLUMNS
+from redvox.sources.inputs import Inputs
+from redvox.sources.problems import Problem
+from redvox.sources.tables import read_table
+
+from .manifest import QuarantineRecord, Stage
+
+# Inputs only the maintainers see: their problems stay out of the public report.
+PRIVATE_INPUTS = ("participants", "consent")
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A contribution that joined: its item and its participant are known."""
+
+    contribution: Contribution
+    item: SourceItem
+    participant: Participant
+    file: str | None = None  # the contributions manifest's name, for reports
+    line: int | None = None  # its row there
+
+    @property
+    def lang(self) -> str:
+        return self.contribution.lang
+
+    @property
+    def participant_key(self) -> str:
+        return self.contribution.participant_key
+
+
+@dataclass(frozen=True)
+class JoinResult:
+    recordings: list[Recording]
+    quarantine: list[QuarantineRecord]
+
+
+def join_inputs(inputs: Inputs, languages: Iterable[str]) -> JoinResult:
+    """The recordings a build can use (sorted), and a quarantine record for every
+    input row the readers refused or that does not join."""
+    languages = set(languages)
+    items = {item.key: item for item in inputs.items}
+    recordings: list[Recording] = []
+    raw_rows = _raw_contribution_rows(inputs.config.contributions)
+    quarantine = problem_records(inputs.problems, inputs.config, raw_rows)
+    file = Path(inputs.config.contributions).name
+    lines: dict[str, int] = {}
+    for line, cells in sorted(raw_rows.items()):
+        lines.setdefault(cells.get("audio_file") or "", line)
+    for contribution in inputs.contributions:
+        item = items.get(contribution.item_key)
+        participant = inputs.participants.get(contribution.participant_key)
+        reason = None
+        if item is None:
+            reason = f"item {contribution.item_key} is not among the items of this build"
+        elif participant is None:
+            reason = "participant not in the participants registry"
+        elif contribution.lang not in languages:
+            reason = f"language {contribution.lang} is not built by this version"
+        line = lines.get(contribution.audio_file)
+        if reason is not None:
+            quarantine.append(_refused(contribution, reason, file, line))
+        else:
+            recordings.append(Recording(contribution, item, participant, file, line))
+    recordings.sort(key=lambda r: (r.lang, r.contribution.item_key, r.participant_key))
+    return JoinResult(recordings, quarantine)
+
+
+def _refused(
+    contribution: Contribution, reason: str, file: str, line: int | None
+) -> QuarantineRecord:
+    return QuarantineRecord(
+        stage="join",
+        reason=reason,
+        lang=contribution.lang,
+        item_key=contribution.item_key,
+        participant_key=contribution.participant_key,
+        audio_file=contribution.audio_file,
+        file=file,
+        row=line,
+    )
+
+
+def recording_quarantine(recording: Recording, stage: Stage, reason: str) -> QuarantineRecord:
+    """A joined recording excluded by a later step (decode, VAD, consent)."""
+    contribution = recording.contribution
+    return QuarantineRecord(
+        stage=stage,
+        reason=reason,
+        lang=contribution.lang,
+        item_key=contribution.item_key,
+        participant_key=contribution.participant_key,
+        audio_file=contribution.audio_file,
+        file=recording.file,
+        row=recording.line,
+    )
+
+
+def problem_records(
+    problems: Iterable[Problem], config: InputConfig, rows: dict[int, dict[str, str | None]]
+) -> list[QuarantineRecord]:
+    """One record per non-fatal reader problem, with the contribution row's language,
+    item and participant when the problem points into the contributions manifest."""
+    contributions_file = str(config.contributions)
+    private = {str(getattr(config, name)) for name in PRIVATE_INPUTS}
+    records = []
+    for problem in problems:
+        if problem.fatal:
+            continue
+        cells = rows.get(problem.row, {}) if problem.file == contributions_file else {}
+        records.append(
+            QuarantineRecord(
+                stage="join",
+                reason=_portable(problem.message, config),
+                lang=cells.get("lang"),
+                item_key=_item_key(cells),
+                participant_key=cells.get("participant_key"),
+                audio_file=cells.get("audio_file"),
+                file=Path(problem.file).name,
+                row=problem.row,
+                field=problem.field,
+                private=problem.file in private,
+            )
+        )
+    return records
+
+
+def _raw_contribution_rows(path: Path) -> dict[int, dict[str, str | None]]:
+    table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
+    return {row.line: row.cells for row in table.records}
+
+
+def _item_key(cells: dict[str, str | None]) -> str | None:
+    if cells.get("source") and cells.get("item_id"):
+        return f"{cells['source']}:{cells['item_id']}"
+    return None
+
+
+def _portable(message: str, config: InputConfig) -> str:
+    """Reader messages name absolute folders; reports must not (they differ per machine)."""
+    for name in ("audio_root", "noise_bank"):
+        message = message.replace(str(getattr(config, name)), f"<{name}>")
+    return message

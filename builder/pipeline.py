@@ -1,0 +1,524 @@
+"""`redvox build`: inputs -> join -> consent -> decode -> VAD -> variants -> shards.
+
+Each step is its own module; this one wires them, keeps the expensive work
+behind the cache and writes the two sets. Recordings are processed in chunks so
+memory stays flat however large the collection is.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import multiprocessing
+from collections import Counter, deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from redvox.noise import check_condition
+from redvox.schemas import SAMPLE_RATE, ConsentState, InputConfig
+from redvox.sources.inputs import Inputs, load_inputs
+from redvox.sources.musan import read_noise_bank
+
+from .audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
+from .cache import BuildCache, digest_of
+from .consent import (
+    SETS,
+    DatasetSet,
+    admitted_keys,
+    admitted_to_any,
+    consent_audit,
+    consent_states,
+    rows_for_set,
+)
+from .join import Recording, join_inputs, recording_quarantine
+from .manifest import (
+    CONSENT_AUDIT,
+    MANIFEST,
+    QUARANTINE,
+    QuarantineRecord,
+    Stage,
+    count_rows,
+    file_hashes,
+    quarantine_summary,
+    write_json,
+    write_quarantine,
+)
+from .pseudonym import load_pseudonym_key, pseudonymize
+from .rows import (
+    MIXES_SPEECH,
+    AudioRef,
+    PendingRow,
+    audio_name,
+    audio_type_rank,
+    condition_row,
+    number_rows,
+    row_entry_key,
+    speech_row,
+)
+from .vad import BatchedSileroVad, judge_recording
+from .variants import ClipRenderer, flac_samples
+from .versions import DatasetVersion, VadParams
+from .write import ShardRow, remove_leftovers, shard_path, write_shard
+
+# Recordings one worker decodes and judges at once: a full batch for the batched
+# VAD, and a bounded amount of audio in memory per worker.
+BATCH = 64
+VAD_BATCH = 64
+# Bumped when the normalisation changes, so cached decodes are not reused.
+DECODE_FORMAT = "decode-v1"
+
+
+CONSENT_REASONS: dict[ConsentState, str] = {
+    ConsentState.WITHDRAWN: "consent withdrawn",
+    ConsentState.NO_RECORD: "no consent record",
+    ConsentState.AMBIGUOUS: "ambiguous consent record",
+    ConsentState.NO_PARTICIPATION_CONSENT: "no participation consent",
+    ConsentState.PARTICIPATION_ONLY: "no public-release consent",
+}
+
+
+class BuildError(RuntimeError):
+    """The build cannot run; the message says which input to fix."""
+
+
+@dataclass(frozen=True)
+class BuildOptions:
+    out: Path
+    sets: tuple[DatasetSet, ...] = SETS
+    workers: int = 1
+    cache_dir: Path | None = None
+    progress: bool = True
+
+
+@dataclass(frozen=True)
+class SpeechOutcome:
+    """A recording after decode and VAD: its audio when usable, else why not."""
+
+    audio: AudioRef | None
+    quarantine: QuarantineRecord | None
+
+
+@dataclass
+class SetReport:
+    folder: Path
+    rows: dict[str, int]
+    quarantined: Counter[str]
+    excluded_participants: dict[str, int]
+    shards_written: int
+
+
+@dataclass
+class BuildReport:
+    version: str
+    sets: dict[str, SetReport] = field(default_factory=dict)
+    computed: Counter[str] = field(default_factory=Counter)  # decoded, vad, clip
+    cache_hits: Counter[str] = field(default_factory=Counter)
+
+
+def build_version(
+    version: DatasetVersion, config: InputConfig, options: BuildOptions
+) -> BuildReport:
+    """Build the requested sets of `version` under `options.out/<version>/`."""
+    inputs = load_inputs(config, progress=options.progress)
+    _refuse_fatal(inputs)
+    key = load_pseudonym_key(config.pseudonym_key_file)
+    bank = read_noise_bank(config.noise_bank)
+    for condition in version.config.conditions:
+        check_condition(condition)
+    joined = join_inputs(inputs, version.config.languages)
+    states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
+    wanted = [
+        r for r in joined.recordings if admitted_to_any(states[r.participant_key], options.sets)
+    ]
+    cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
+    paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
+    file_shas = [_file_sha256(p) for p in paths]
+    outcomes = normalise_recordings(
+        paths, file_shas, wanted, version.config.vad, cache, options.workers, options.progress
+    )
+    renderer = ClipRenderer(bank, cache, version.config.seed)
+    user_ids = _user_ids(inputs, joined.quarantine, key)
+    rows, shared = expand_rows(wanted, outcomes, user_ids, version, renderer, options.progress)
+    context = _SetContext(
+        version=version,
+        inputs_hashes={**inputs.input_hashes, "noise_bank": bank.fingerprint()},
+        file_shas={
+            r.contribution.audio_file: sha for r, sha in zip(wanted, file_shas, strict=True)
+        },
+        shared=shared,
+        rows=rows,
+        states=states,
+        recordings=joined.recordings,
+        join_quarantine=joined.quarantine,
+        outcomes=outcomes,
+        user_ids=user_ids,
+        cache=cache,
+        progress=options.progress,
+    )
+    report = BuildReport(version.version)
+    for dataset_set in options.sets:
+        folder = Path(options.out) / version.version / dataset_set
+        report.sets[dataset_set] = write_set(context, dataset_set, folder)
+    report.computed, report.cache_hits = cache.computed, cache.hits
+    return report
+
+
+def _refuse_fatal(inputs: Inputs) -> None:
+    fatal = [str(p) for p in inputs.problems if p.fatal]
+    if fatal:
+        raise BuildError(
+            "the inputs cannot be built; fix these first (`redvox sources check` lists all "
+            "problems):\n  " + "\n  ".join(fatal)
+        )
+
+
+def _user_ids(inputs: Inputs, quarantine: Sequence[QuarantineRecord], key: bytes) -> dict[str, str]:
+    """user_id of every participant key the build may mention, registered or not."""
+    keys = set(inputs.participants) | set(inputs.consent)
+    keys |= {c.participant_key for c in inputs.contributions}
+    keys |= {r.participant_key for r in quarantine if r.participant_key}
+    return {k: pseudonymize(key, k) for k in sorted(keys)}
+
+
+def _audio_digest(recordings: Sequence[Recording], file_shas: dict[str, str]) -> str:
+    """One hash over the recording files of a set (name and content)."""
+    digest = hashlib.sha256()
+    for name in sorted(r.contribution.audio_file for r in recordings):
+        digest.update(f"{name}\x1f{file_shas[name]}\n".encode())
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    with Path(path).open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+# --- decode and VAD -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Recordings one worker decodes and judges: `decoded[i]` is the cached decode fact
+    (None: decode it), `judged[i]` whether its VAD verdict is cached."""
+
+    paths: tuple[str, ...]
+    decoded: tuple[dict | None, ...]
+    judged: tuple[bool, ...]
+    cache_root: str
+    vad_params: VadParams
+
+
+def _usable(fact: dict) -> bool:
+    return "error" not in fact and not fact["problems"]
+
+
+def _normalise_file(path: str) -> tuple[dict, bytes | None, np.ndarray | None]:
+    """Decode one recording, encode it as released, report its defects.
+
+    Everything downstream (VAD, mixing) uses the samples of the released FLAC, so
+    a result is the same whether it was just computed or read back from the cache.
+    """
+    try:
+        decoded = decode_audio(path)
+    except AudioDecodeError as exc:
+        return {"error": str(exc).removeprefix(f"{path}: ")}, None, None
+    flac = encode_flac(decoded.samples)
+    samples = flac_samples(flac)
+    fact = {"duration_s": len(samples) / SAMPLE_RATE, "problems": audio_problems(decoded)}
+    return fact, flac, samples
+
+
+@functools.cache
+def _vad_model(params: VadParams) -> BatchedSileroVad:
+    return BatchedSileroVad(params, batch_size=VAD_BATCH)
+
+
+def _judge_batch(batch: _Batch) -> list[tuple[dict, bytes | None, dict | None]]:
+    """Worker: (decode fact, new FLAC bytes, new VAD verdict) per recording of the batch.
+
+    Decoding and VAD run in the same process so that both scale with --workers;
+    the parent alone writes the cache.
+    """
+    facts = list(batch.decoded)
+    flacs: list[bytes | None] = [None] * len(facts)
+    samples: dict[int, np.ndarray] = {}
+    for i, path in enumerate(batch.paths):
+        if facts[i] is None:
+            facts[i], flacs[i], audio = _normalise_file(path)
+            if audio is not None:
+                samples[i] = audio
+    pending = [
+        i
+        for i, f in enumerate(facts)
+        if _usable(f) and (flacs[i] is not None or not batch.judged[i])
+    ]
+    cache = BuildCache(Path(batch.cache_root))
+    for i in pending:
+        if i not in samples:
+            samples[i] = flac_samples(cache.blob(facts[i]["blob"]))
+    verdicts: list[dict | None] = [None] * len(facts)
+    if pending:
+        vad = _vad_model(batch.vad_params)
+        stamps = vad.speech_timestamps([samples[i] for i in pending])
+        for i, timestamps in zip(pending, stamps, strict=True):
+            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params).to_json()
+    return list(zip(facts, flacs, verdicts, strict=True))
+
+
+@contextmanager
+def _workers(count: int) -> Iterator[Executor | None]:
+    if count <= 1:
+        yield None
+        return
+    # spawn: the parent may hold onnxruntime threads, which fork would copy half-alive.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        yield pool
+
+
+def _in_order(pool: Executor | None, batches: Iterator[_Batch], window: int) -> Iterator[list]:
+    """Results of the batches in order, at most `window` in flight: memory stays flat."""
+    if pool is None:
+        for batch in batches:
+            yield _judge_batch(batch)
+        return
+    in_flight: deque = deque()
+    for batch in batches:
+        in_flight.append(pool.submit(_judge_batch, batch))
+        if len(in_flight) >= window:
+            yield in_flight.popleft().result()
+    while in_flight:
+        yield in_flight.popleft().result()
+
+
+def normalise_recordings(
+    paths: Sequence[Path],
+    file_shas: Sequence[str],
+    recordings: Sequence[Recording],
+    vad_params: VadParams,
+    cache: BuildCache,
+    workers: int = 1,
+    progress: bool = True,
+) -> list[SpeechOutcome]:
+    """Decode and judge every recording; only cache misses reach the workers."""
+    vad_json = vad_params.model_dump_json()
+    decode_keys = [digest_of(DECODE_FORMAT, sha) for sha in file_shas]
+    facts = [cache.get("decoded", k) for k in decode_keys]
+    verdicts = [
+        cache.get("vad", digest_of("vad", f["blob"], vad_json)) if f and _usable(f) else None
+        for f in facts
+    ]
+    todo = [i for i, f in enumerate(facts) if f is None or (_usable(f) and verdicts[i] is None)]
+    spans = [todo[s : s + BATCH] for s in range(0, len(todo), BATCH)]
+    batches = (
+        _Batch(
+            paths=tuple(str(paths[i]) for i in span),
+            decoded=tuple(facts[i] for i in span),
+            judged=tuple(verdicts[i] is not None for i in span),
+            cache_root=str(cache.root),
+            vad_params=vad_params,
+        )
+        for span in spans
+    )
+    bar = tqdm(total=len(todo), desc="decode + VAD", unit="rec", disable=not progress or not todo)
+    # No pool at all when everything is cached: starting workers costs seconds.
+    with _workers(workers if todo else 1) as pool, bar:
+        for span, results in zip(spans, _in_order(pool, batches, 2 * workers), strict=True):
+            for i, (fact, flac, verdict) in zip(span, results, strict=True):
+                if flac is not None:
+                    fact = {**fact, "blob": cache.put_blob(flac)}
+                if facts[i] is None:
+                    facts[i] = fact
+                    cache.put("decoded", decode_keys[i], fact)
+                if verdict is not None:
+                    verdicts[i] = verdict
+                    cache.put("vad", digest_of("vad", fact["blob"], vad_json), verdict)
+            bar.update(len(span))
+    return [_outcome(r, f, v) for r, f, v in zip(recordings, facts, verdicts, strict=True)]
+
+
+def _outcome(rec: Recording, fact: dict, verdict: dict | None) -> SpeechOutcome:
+    def refused(stage: Stage, reason: str) -> SpeechOutcome:
+        return SpeechOutcome(None, recording_quarantine(rec, stage, reason))
+
+    if "error" in fact:
+        return refused("decode", fact["error"])
+    if fact["problems"]:
+        return refused("decode", "; ".join(fact["problems"]))
+    if not verdict["valid"]:
+        return refused("vad", verdict["reason"])
+    return SpeechOutcome(AudioRef(fact["blob"], "", fact["duration_s"]), None)
+
+
+# --- rows -------------------------------------------------------------------------
+
+
+def expand_rows(
+    recordings: Sequence[Recording],
+    outcomes: Sequence[SpeechOutcome],
+    user_ids: dict[str, str],
+    version: DatasetVersion,
+    renderer: ClipRenderer,
+    progress: bool = True,
+) -> tuple[list[PendingRow], dict[str, tuple[AudioRef, str]]]:
+    """Every row of every admitted recording, and the shared clip of each shared condition.
+
+    A recording refused by decode or VAD loses its spoken rows only: its text
+    requests do not use the recording (DESIGN.md section 1).
+    """
+    conditions = version.config.conditions
+    shared = {
+        c.name: renderer.shared(c)
+        for c in conditions
+        if c.sampling == "shared" and c.kind not in MIXES_SPEECH
+    }
+    rows: list[PendingRow] = []
+    bar = tqdm(
+        zip(recordings, outcomes, strict=True),
+        total=len(recordings),
+        desc="render",
+        unit="rec",
+        disable=not progress,
+    )
+    for rec, outcome in bar:
+        user_id = user_ids[rec.participant_key]
+        speech = outcome.audio
+        if speech is not None:
+            named = AudioRef(
+                speech.digest, audio_name(row_entry_key(rec, user_id, "speech")), speech.duration_s
+            )
+            rows.append(speech_row(rec, user_id, named, version.version))
+        for condition in conditions:
+            key = row_entry_key(rec, user_id, condition.name)
+            if condition.kind in MIXES_SPEECH:
+                if speech is None:
+                    continue
+                clip, params = renderer.per_entry(
+                    condition, key, speech_digest=speech.digest, speech_s=speech.duration_s
+                )
+            elif condition.name in shared:
+                clip, params = shared[condition.name]
+            else:
+                clip, params = renderer.per_entry(condition, key)
+            rows.append(condition_row(rec, user_id, condition, clip, params, version.version))
+    return rows, shared
+
+
+# --- one set ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _SetContext:
+    version: DatasetVersion
+    inputs_hashes: dict[str, str]
+    file_shas: dict[str, str]  # audio_file -> sha256, recordings admitted to any set
+    shared: dict[str, tuple[AudioRef, str]]
+    rows: list[PendingRow]
+    states: dict[str, ConsentState]
+    recordings: Sequence[Recording]
+    join_quarantine: list[QuarantineRecord]
+    outcomes: Sequence[SpeechOutcome]
+    user_ids: dict[str, str]
+    cache: BuildCache
+    progress: bool
+
+
+def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> SetReport:
+    """Shards, quarantine, consent audit and manifest of one set, atomically file by file."""
+    admitted = admitted_keys(context.states, dataset_set)
+    kept = rows_for_set(context.rows, context.states, dataset_set)
+    numbered = number_rows(kept, audio_type_rank(context.version.config.conditions))
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(folder)
+    _remove_stale_shards(folder, set(numbered))
+    written = 0
+    bar = tqdm(
+        numbered.items(), desc=f"write {dataset_set}", unit="shard", disable=not context.progress
+    )
+    for lang, shard_rows in bar:
+        written += write_shard(shard_path(folder, lang), shard_rows, context.cache.blob)
+    quarantine = _set_quarantine(context, admitted, dataset_set)
+    public = dataset_set == "public"
+    withheld = set(context.user_ids) - admitted if public else set()
+    write_quarantine(
+        folder / QUARANTINE, quarantine, context.user_ids, public=public, withheld=withheld
+    )
+    recordings_of = Counter(r.participant_key for r in context.recordings)
+    audit = consent_audit(context.states, recordings_of, dataset_set)
+    write_json(folder / CONSENT_AUDIT, audit)
+    shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in numbered]
+    files = file_hashes(folder, [*shard_names, QUARANTINE, CONSENT_AUDIT])
+    manifest = _manifest(context, dataset_set, admitted, numbered, files)
+    write_json(folder / MANIFEST, manifest)
+    return SetReport(
+        folder=folder,
+        rows={lang: len(r) for lang, r in numbered.items()},
+        quarantined=quarantine_summary(r for r in quarantine if not (public and r.private)),
+        excluded_participants=audit["participants"]["excluded"],
+        shards_written=written,
+    )
+
+
+def _remove_stale_shards(folder: Path, languages: set[str]) -> None:
+    """A language with no rows left (e.g. after a withdrawal) must not keep an old shard."""
+    data = folder / "data"
+    if data.is_dir():
+        for shard in data.glob("*/*.parquet"):
+            if shard.parent.name not in languages:
+                shard.unlink()
+
+
+def _set_quarantine(
+    context: _SetContext, admitted: set[str], dataset_set: DatasetSet
+) -> list[QuarantineRecord]:
+    records = list(context.join_quarantine)
+    for rec in context.recordings:
+        state = context.states[rec.participant_key]
+        if not state.allows(dataset_set):
+            reason = f"{CONSENT_REASONS[state]} ({state.value})"
+            records.append(recording_quarantine(rec, "consent", reason))
+    records += [
+        outcome.quarantine
+        for outcome in context.outcomes
+        if outcome.quarantine and outcome.quarantine.participant_key in admitted
+    ]
+    return records
+
+
+def _manifest(
+    context: _SetContext,
+    dataset_set: DatasetSet,
+    admitted: set[str],
+    numbered: dict[str, list[ShardRow]],
+    files: dict[str, str],
+) -> dict:
+    config = context.version.config
+    recordings = [r for r in context.recordings if r.participant_key in admitted]
+    audio = _audio_digest(recordings, context.file_shas)
+    return {
+        "version": context.version.version,
+        "set": dataset_set,
+        "config_hash": config.config_hash(),
+        "seed": config.seed,
+        "languages": list(config.languages),
+        "conditions": [c.model_dump(mode="json") for c in config.conditions],
+        "inputs": dict(sorted({**context.inputs_hashes, "audio": audio}.items())),
+        "shared_clips": {
+            name: {"params": json.loads(params), "audio_sha256": clip.digest}
+            for name, (clip, params) in sorted(context.shared.items())
+        },
+        "rows": {lang: len(rows) for lang, rows in numbered.items()},
+        "counts": count_rows(
+            r.entry.model_dump(include={"lang", "audio_type", "vulnerability_type"})
+            for rows in numbered.values()
+            for r in rows
+        ),
+        "files": files,
+    }

@@ -1,0 +1,138 @@
+"""Row expansion: one speech row per valid recording and one row per condition
+(DESIGN.md section 1), then the dense `ID` per language.
+
+Pure: audio is referred to by its cache digest, consent and files are handled
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from redvox.schemas import AudioCell, Entry, NoiseCondition, entry_key, primary_language
+
+from .join import Recording
+from .write import ShardRow
+
+SPEECH = "speech"
+# Condition kinds that mix the recording itself: their rows are spoken requests.
+MIXES_SPEECH = frozenset({"speech_ambient"})
+
+
+@dataclass(frozen=True)
+class AudioRef:
+    digest: str  # cache blob holding the FLAC bytes
+    path: str  # relative name stored in the shard
+    duration_s: float
+
+
+@dataclass(frozen=True)
+class PendingRow:
+    """An Entry before its ID is known; `participant_key` decides consent, never written."""
+
+    entry: Entry
+    audio_digest: str
+    participant_key: str
+
+
+def audio_name(key: str) -> str:
+    """Relative file name of a row's own audio: the entry key made path-safe."""
+    return re.sub(r"[/:]", "_", key) + ".flac"
+
+
+def shared_audio_name(condition: str) -> str:
+    return f"{condition}.flac"
+
+
+def row_entry_key(recording: Recording, user_id: str, audio_type: str) -> str:
+    return entry_key(recording.lang, recording.contribution.item_key, user_id, audio_type)
+
+
+def speech_row(recording: Recording, user_id: str, audio: AudioRef, version: str) -> PendingRow:
+    """The participant's spoken request; the typed follow-up goes in `user_text`."""
+    return _row(recording, user_id, SPEECH, audio, version, spoken=True, params=None)
+
+
+def condition_row(
+    recording: Recording,
+    user_id: str,
+    condition: NoiseCondition,
+    audio: AudioRef,
+    params_json: str,
+    version: str,
+) -> PendingRow:
+    """A row of `condition`: a text request with a distracting clip, or (kinds that
+    mix the recording) the spoken request in noise."""
+    spoken = condition.kind in MIXES_SPEECH
+    return _row(recording, user_id, condition.name, audio, version, spoken, params_json)
+
+
+def _row(
+    recording: Recording,
+    user_id: str,
+    audio_type: str,
+    audio: AudioRef,
+    version: str,
+    spoken: bool,
+    params: str | None,
+) -> PendingRow:
+    contribution, item, participant = recording.contribution, recording.item, recording.participant
+    entry = Entry(
+        ID=0,  # numbered once the set's rows are known: see number_rows
+        audio=AudioCell(path=audio.path),
+        original_id=item.item_id,
+        user_id=user_id,
+        lang=contribution.lang,
+        vulnerability_type=item.vulnerability_type,
+        audio_type=audio_type,
+        modality="speech" if spoken else "text",
+        user_text=contribution.speech_followup if spoken else contribution.audio_request_text,
+        transcript=contribution.transcript if spoken else None,
+        gender=participant.gender,
+        mother_tongue=participant.mother_tongue,
+        ethnicity=participant.ethnicity,
+        age_group=participant.age_group,
+        entry_key=row_entry_key(recording, user_id, audio_type),
+        source=item.source,
+        prompt_text=item.text[contribution.lang],
+        native_speaker=primary_language(participant.mother_tongue) == contribution.lang,
+        duration_s=audio.duration_s,
+        condition_params=params,
+        builder_version=version,
+    )
+    return PendingRow(entry, audio.digest, contribution.participant_key)
+
+
+def natural_key(text: str) -> tuple:
+    """'7.10' after '7.9', '10330' after '9000': numbers compare as numbers."""
+    return tuple(
+        (0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", text) if p
+    )
+
+
+def audio_type_rank(conditions: Sequence[NoiseCondition]) -> dict[str, int]:
+    """Speech first, then conditions in declaration order: a condition added by a MINOR
+    version sorts after the existing ones, so their IDs stay put."""
+    return {SPEECH: 0, **{c.name: i + 1 for i, c in enumerate(conditions)}}
+
+
+def number_rows(rows: Iterable[PendingRow], rank: dict[str, int]) -> dict[str, list[ShardRow]]:
+    """Per language, the rows in ID order with ID = 0, 1, 2, ..."""
+
+    def order(row: PendingRow) -> tuple:
+        e = row.entry
+        return (rank[e.audio_type], e.source, natural_key(e.original_id), e.user_id)
+
+    by_lang: dict[str, list[PendingRow]] = {}
+    for row in rows:
+        by_lang.setdefault(row.entry.lang, []).append(row)
+    numbered: dict[str, list[ShardRow]] = {}
+    for lang in sorted(by_lang):
+        ordered = sorted(by_lang[lang], key=order)
+        numbered[lang] = [
+            ShardRow(row.entry.model_copy(update={"ID": i}), row.audio_digest)
+            for i, row in enumerate(ordered)
+        ]
+    return numbered

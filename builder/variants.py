@@ -1,0 +1,301 @@
+"""Variant clips of the noise conditions, through the cache, and `redvox variants add`.
+
+A clip is identified by its params JSON (plus the speech it is mixed onto, for
+kinds that mix the recording): the same params never render twice, so a new
+version renders only its new conditions.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import soundfile as sf
+import yaml
+from pydantic import ValidationError
+from tqdm import tqdm
+
+from redvox.noise import SHARED_KEY, check_condition, params_json, render, sample_params
+from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
+from redvox.sources.musan import NoiseBank
+
+from .audio import encode_flac
+from .cache import BuildCache, digest_of
+from .manifest import (
+    CONSENT_AUDIT,
+    MANIFEST,
+    QUARANTINE,
+    count_rows,
+    file_hashes,
+    read_manifest,
+    sha256_file,
+    write_json,
+)
+from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
+from .write import ShardRow, atomic_write_bytes, remove_leftovers, shard_path, write_shard
+
+
+def flac_samples(data: bytes) -> np.ndarray:
+    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    if rate != SAMPLE_RATE or samples.ndim != 1:
+        raise ValueError(
+            f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"
+        )
+    return samples
+
+
+@dataclass
+class ClipRenderer:
+    """Samples params from (seed, entry key, condition) and renders misses only."""
+
+    bank: NoiseBank
+    cache: BuildCache
+    seed: int
+
+    def shared(self, condition: NoiseCondition) -> tuple[AudioRef, str]:
+        """The one clip every row of a shared condition points at, and its params JSON."""
+        params = sample_params(condition, self.bank, seed=self.seed, entry_key=SHARED_KEY)
+        name = shared_audio_name(condition.name)
+        return self._clip(params, name, None), params_json(params)
+
+    def per_entry(
+        self,
+        condition: NoiseCondition,
+        key: str,
+        *,
+        speech_digest: str | None = None,
+        speech_s: float | None = None,
+    ) -> tuple[AudioRef, str]:
+        """The clip of one row (`key` = its entry key). Kinds that mix the recording take
+        the speech blob and its duration; the samples are loaded only to render a miss."""
+        mixes = condition.kind in MIXES_SPEECH
+        if mixes and speech_digest is None:
+            raise ValueError(f"condition {condition.name!r} mixes the recording: pass its audio")
+        params = sample_params(
+            condition,
+            self.bank,
+            seed=self.seed,
+            entry_key=key,
+            duration_s=speech_s if mixes else None,
+        )
+        clip = self._clip(params, audio_name(key), speech_digest if mixes else None)
+        return clip, params_json(params)
+
+    def _clip(self, params: dict, name: str, speech_digest: str | None) -> AudioRef:
+        text = params_json(params)
+        key = digest_of("clip", text, speech_digest or "")
+        fact = self.cache.get("clip", key)
+        if fact is None:
+            samples = flac_samples(self.cache.blob(speech_digest)) if speech_digest else None
+            clip = render(params, self.bank, speech=samples)
+            fact = {
+                "blob": self.cache.put_blob(encode_flac(clip)),
+                "duration_s": len(clip) / SAMPLE_RATE,
+            }
+            self.cache.put("clip", key, fact)
+        return AudioRef(fact["blob"], name, fact["duration_s"])
+
+
+# --- redvox variants add ------------------------------------------------------------
+
+
+class VariantError(ValueError):
+    """A condition that cannot be added to this build; the message says what to change."""
+
+
+@dataclass
+class VariantReport:
+    folder: Path
+    version: str
+    added: dict[str, int]  # new rows per language
+    skipped: int  # contributions without a row to take the new one from
+
+
+def load_condition(path: Path) -> NoiseCondition:
+    """A NoiseCondition from a YAML file, checked against its kind's params."""
+    try:
+        raw = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        condition = NoiseCondition.model_validate(raw)
+        check_condition(condition)
+    except FileNotFoundError:
+        raise VariantError(f"{path}: condition file not found") from None
+    except (yaml.YAMLError, ValidationError, ValueError) as exc:
+        raise VariantError(f"{path}: not a usable noise condition: {exc}") from None
+    return condition
+
+
+def add_condition(
+    condition: NoiseCondition,
+    source: Path,
+    out: Path | None,
+    bank: NoiseBank,
+    *,
+    seed: int | None = None,
+    cache_dir: Path | None = None,
+    progress: bool = True,
+) -> VariantReport:
+    """Write a copy of the build at `source` (a set folder, or a release folder with
+    shards and maybe a manifest) with rows of `condition` added; returns where.
+
+    Existing rows keep their bytes and IDs; new rows take the next IDs per language.
+    """
+    source = Path(source)
+    manifest = _source_manifest(source)
+    seed = manifest.get("seed") if seed is None else seed
+    if seed is None:
+        raise VariantError(f"{source}: the manifest records no seed; pass --seed")
+    version = f"{manifest['version']}+{condition.name}"
+    folder = (Path(out) if out else source.parent.parent) / version / manifest["set"]
+    cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
+    renderer = ClipRenderer(bank, cache, seed)
+    shards = sorted(source.glob("data/*/*.parquet"))
+    if not shards:
+        raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
+    remove_leftovers(folder)
+    shared = renderer.shared(condition) if _is_shared(condition) else None
+    report = VariantReport(folder, version, {}, 0)
+    counted: list[dict] = []
+    for shard in tqdm(shards, desc=f"add {condition.name}", unit="shard", disable=not progress):
+        existing = _cache_rows(shard, cache)
+        new, missing = _new_rows(existing, condition, renderer, shared, version)
+        lang = shard.parent.name
+        write_shard(shard_path(folder, lang), existing + new, cache.blob)
+        report.added[lang] = len(new)
+        report.skipped += missing
+        counted += [r.entry.model_dump(include=set(COUNTED)) for r in existing + new]
+    for name in (QUARANTINE, CONSENT_AUDIT):
+        if (source / name).is_file():
+            atomic_write_bytes(folder / name, (source / name).read_bytes())
+    updated = _variant_manifest(manifest, condition, version, seed, bank, shared, counted)
+    updated["derived_from"] = {
+        "version": manifest["version"],
+        "manifest_sha256": _manifest_sha(source),
+    }
+    written = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
+    updated["files"] = file_hashes(folder, [n for n in written if n != MANIFEST])
+    write_json(folder / MANIFEST, updated)
+    return report
+
+
+COUNTED = ("lang", "audio_type", "vulnerability_type")
+
+
+def _variant_manifest(
+    manifest: dict,
+    condition: NoiseCondition,
+    version: str,
+    seed: int,
+    bank: NoiseBank,
+    shared: tuple[AudioRef, str] | None,
+    counted: list[dict],
+) -> dict:
+    """The source's manifest with the new condition, its seed, bank and row counts."""
+    updated = {
+        **manifest,
+        "version": version,
+        "seed": seed,
+        "config_hash": digest_of(manifest.get("config_hash", ""), condition.model_dump_json()),
+        "conditions": [*manifest.get("conditions", ()), condition.model_dump(mode="json")],
+        "inputs": {
+            **manifest.get("inputs", {}),
+            f"noise_bank_{condition.name}": bank.fingerprint(),
+        },
+        "rows": dict(sorted(Counter(r["lang"] for r in counted).items())),
+        "counts": count_rows(counted),
+    }
+    if shared is not None:
+        clip, params = shared
+        updated["shared_clips"] = {
+            **manifest.get("shared_clips", {}),
+            condition.name: {"params": json.loads(params), "audio_sha256": clip.digest},
+        }
+    return updated
+
+
+def _is_shared(condition: NoiseCondition) -> bool:
+    return condition.sampling == "shared" and condition.kind not in MIXES_SPEECH
+
+
+def _source_manifest(source: Path) -> dict:
+    """The build manifest; a release folder without one gets its version from the rows."""
+    if (source / MANIFEST).is_file():
+        return {"set": source.name, **read_manifest(source)}
+    versions = set()
+    for shard in source.glob("data/*/*.parquet"):
+        versions |= set(pq.read_table(shard, columns=["builder_version"]).column(0).to_pylist())
+    if not versions:
+        raise VariantError(f"{source}: no manifest.json and no rows to read a version from")
+    return {"version": max(versions, key=natural_key), "set": source.name}
+
+
+def _manifest_sha(source: Path) -> str | None:
+    path = source / MANIFEST
+    return sha256_file(path) if path.is_file() else None
+
+
+def _cache_rows(shard: Path, cache: BuildCache) -> list[ShardRow]:
+    """The shard's rows, validated, with their audio moved into the cache (shared clips
+    dedupe there), one record batch at a time."""
+    rows = []
+    for batch in pq.ParquetFile(shard).iter_batches(batch_size=256):
+        for record in batch.to_pylist():
+            audio = record.pop("audio")
+            digest = cache.put_blob(audio["bytes"])
+            entry = Entry(**record, audio=AudioCell(path=audio["path"]))
+            rows.append(ShardRow(entry, digest))
+    return rows
+
+
+def _new_rows(
+    existing: list[ShardRow],
+    condition: NoiseCondition,
+    renderer: ClipRenderer,
+    shared: tuple[AudioRef, str] | None,
+    version: str,
+) -> tuple[list[ShardRow], int]:
+    """One row of `condition` per contribution found in `existing`, numbered after them;
+    and how many contributions had no row to take the new one from."""
+    if any(r.entry.audio_type == condition.name for r in existing):
+        raise VariantError(f"the build already has rows of {condition.name!r}; pick another name")
+    spoken = condition.kind in MIXES_SPEECH
+    templates: dict[tuple[str, str, str], ShardRow] = {}
+    contributions: set[tuple[str, str, str]] = set()
+    for row in existing:
+        e = row.entry
+        key = (e.source, e.original_id, e.user_id)
+        contributions.add(key)
+        wanted = e.audio_type == SPEECH if spoken else e.modality == "text"
+        if wanted and key not in templates:
+            templates[key] = row
+    next_id = max((r.entry.ID for r in existing), default=-1) + 1
+    ordered = sorted(templates, key=lambda k: (k[0], natural_key(k[1]), k[2]))
+    rows = []
+    for offset, key in enumerate(ordered):
+        template = templates[key]
+        e = template.entry
+        entry_id = entry_key(e.lang, f"{e.source}:{e.original_id}", e.user_id, condition.name)
+        if spoken:
+            speech_s = len(flac_samples(renderer.cache.blob(template.audio_digest))) / SAMPLE_RATE
+            clip, params = renderer.per_entry(
+                condition, entry_id, speech_digest=template.audio_digest, speech_s=speech_s
+            )
+        else:
+            clip, params = shared or renderer.per_entry(condition, entry_id)
+        fields = e.model_dump(exclude={"audio"})
+        fields.update(
+            ID=next_id + offset,
+            audio_type=condition.name,
+            modality="speech" if spoken else "text",
+            entry_key=entry_id,
+            duration_s=clip.duration_s,
+            condition_params=params,
+            builder_version=version,
+        )
+        rows.append(ShardRow(Entry(**fields, audio=AudioCell(path=clip.path)), clip.digest))
+    return rows, len(contributions) - len(templates)

@@ -1,0 +1,433 @@
+"""The dataset card (README.md of the Hub repo): YAML metadata plus a body, both
+generated from the build, never written by hand.
+
+The YAML carries what the Hub and `datasets` read (configs, features, counts,
+the gated access form) and a `redvox` block with the build's provenance
+(version, set, shard hashes, counts) that `verify` and `push` read back, since
+the staged folder holds nothing but what the Hub repo will hold.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from tabulate import tabulate
+
+from redvox.builder.versions import DatasetVersion
+from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, column_dtypes
+
+TEMPLATES = Path(__file__).resolve().parent / "templates"
+CARD_TEMPLATE = TEMPLATES / "card.md"
+SHARD_GLOB = "test-*.parquet"
+ALL_CONFIG = "all"
+SPLIT = "test"
+LICENSE_NAME = "redvox-research-terms"
+INTENDED_USES = (
+    "Evaluating the safety of speech or audio-language models",
+    "Evaluating the fairness and biases of speech or audio-language models",
+    "Red-teaming or robustness research on speech models",
+    "Other research on speech-model safety and fairness",
+)
+GATED_PROMPT = (
+    "RedVox holds recordings of real people reading harmful requests and stereotypes. "
+    "Access is granted for research on the safety and fairness of speech models only. "
+    "By requesting access you agree to the terms in LICENSE: no training of any model on "
+    "the data, no attempt to identify, re-identify or contact the speakers, no "
+    "redistribution, and the source licences of the texts: SHADES' no-training term "
+    "(CC BY 4.0) and M-ALERT's CC BY-NC-SA 4.0. Requests are reviewed by hand."
+)
+AGREEMENTS = (
+    "I will use RedVox only for research on the safety and fairness of speech models",
+    "I will not use RedVox to train or fine-tune any model",
+    "I will not try to identify, re-identify or contact the speakers",
+    "I will not redistribute RedVox or data derived from it that contains its audio or texts",
+    "I will honour SHADES' no-training term and M-ALERT's CC BY-NC-SA 4.0 licence",
+)
+# Contract columns whose meaning the schema states as a vocabulary, not a description.
+COLUMN_NOTES = {
+    "lang": "en, de, es, fr, it",
+    "vulnerability_type": "stereotype or unsafe_request_{crime, substance, sexual_content, self_harm, weapons}",
+    "attack_type": "non_adversarial",
+    "gender": "self-declared: female, male, non-binary, other, undisclosed",
+    "ethnicity": "self-declared, free text; null when not given",
+    "age_group": "self-declared: 18-24, 25-34, 34-44, 45-54, 55-64, 65+",
+    "source": "shades or m-alert: where the item text comes from",
+}
+
+
+@dataclass(frozen=True)
+class ShardStats:
+    """What the card states about one language's shards."""
+
+    lang: str
+    files: tuple[str, ...]  # paths in the repo
+    num_examples: int
+    num_bytes: int  # Arrow size of the rows, as `datasets` reports it
+    download_size: int  # bytes of the parquet files
+
+
+def size_category(n: int) -> str:
+    """The Hub's size bucket for `n` rows."""
+    bounds = [(1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K")]
+    bounds += [(1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")]
+    return next((label for bound, label in bounds if n < bound), "n>10M")
+
+
+def _features_yaml() -> list[dict[str, Any]]:
+    from redvox.schemas import release_features
+
+    return release_features()._to_yaml_list()
+
+
+def _info_entry(config: str, stats: Sequence[ShardStats]) -> dict[str, Any]:
+    return {
+        "config_name": config,
+        "features": _features_yaml(),
+        "splits": [
+            {
+                "name": SPLIT,
+                "num_bytes": sum(s.num_bytes for s in stats),
+                "num_examples": sum(s.num_examples for s in stats),
+            }
+        ],
+        "download_size": sum(s.download_size for s in stats),
+        "dataset_size": sum(s.num_bytes for s in stats),
+    }
+
+
+def card_metadata(
+    manifest: Mapping[str, Any],
+    repo_id: str,
+    shards: Sequence[ShardStats],
+    shard_hashes: Mapping[str, str],
+) -> dict[str, Any]:
+    """The card's YAML as a mapping: Hub fields, configs, dataset_info, gating, provenance."""
+    langs = [s.lang for s in shards]
+    configs = [
+        {
+            "config_name": ALL_CONFIG,
+            "default": True,
+            "data_files": [{"split": SPLIT, "path": f"data/*/{SHARD_GLOB}"}],
+        }
+    ]
+    configs += [
+        {"config_name": lang, "data_files": [{"split": SPLIT, "path": f"data/{lang}/{SHARD_GLOB}"}]}
+        for lang in langs
+    ]
+    total = sum(s.num_examples for s in shards)
+    meta: dict[str, Any] = {
+        "pretty_name": "RedVox",
+        "license": "other",
+        "license_name": LICENSE_NAME,
+        "license_link": "LICENSE",
+        "language": [lang for lang in LANGUAGES if lang in langs],
+        "multilinguality": "multilingual",
+        "task_categories": ["audio-text-to-text", "automatic-speech-recognition"],
+        "size_categories": [size_category(total)],
+        "tags": [
+            "safety",
+            "fairness",
+            "bias",
+            "stereotypes",
+            "red-teaming",
+            "speech",
+            "audio",
+            "multilingual",
+            "benchmark",
+        ],  # fmt: skip
+        "configs": configs,
+        "dataset_info": [_info_entry(ALL_CONFIG, shards)]
+        + [_info_entry(s.lang, [s]) for s in shards],
+    }
+    if manifest["set"] == "public":
+        meta |= gated_form()
+    meta["redvox"] = {
+        "version": manifest["version"],
+        "set": manifest["set"],
+        "repo_id": repo_id,
+        "config_hash": manifest["config_hash"],
+        "counts": manifest["counts"],
+        "shards": dict(sorted(shard_hashes.items())),
+    }
+    return meta
+
+
+def gated_form() -> dict[str, Any]:
+    """The Hub's access-request form (the terms themselves are in LICENSE)."""
+    fields: dict[str, Any] = {
+        "Name": "text",
+        "Affiliation": "text",
+        "Country": "country",
+        "Intended use": {"type": "select", "options": list(INTENDED_USES)},
+    }
+    fields |= {agreement: "checkbox" for agreement in AGREEMENTS}
+    return {
+        "extra_gated_heading": "Request access to RedVox (research on speech-model safety and fairness)",
+        "extra_gated_prompt": GATED_PROMPT,
+        "extra_gated_fields": fields,
+        "extra_gated_button_content": "Agree to the terms and request access",
+    }
+
+
+def render_card(metadata: Mapping[str, Any], body: str) -> str:
+    head = yaml.safe_dump(dict(metadata), sort_keys=False, allow_unicode=True, width=100)
+    return f"---\n{head}---\n\n{body.rstrip()}\n"
+
+
+_FRONT_MATTER = re.compile(r"\A---\n(.*?\n)---\n(.*)\Z", re.DOTALL)
+
+
+class CardError(ValueError):
+    """A README.md whose metadata cannot be read; the message names the file."""
+
+
+def read_card(staged: Path) -> tuple[dict[str, Any], str]:
+    """(YAML metadata, Markdown body) of STAGED/README.md."""
+    path = Path(staged) / "README.md"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CardError(f"{path}: no dataset card; stage the release first") from None
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        raise CardError(f"{path}: no YAML front matter between '---' lines")
+    try:
+        meta = yaml.safe_load(match.group(1))
+    except yaml.YAMLError as exc:
+        raise CardError(f"{path}: card YAML does not parse: {exc}") from None
+    if not isinstance(meta, dict):
+        raise CardError(f"{path}: card YAML is not a mapping")
+    return meta, match.group(2)
+
+
+def read_provenance(staged: Path) -> dict[str, Any]:
+    meta, _ = read_card(staged)
+    provenance = meta.get("redvox")
+    if not isinstance(provenance, dict) or not {"version", "set"} <= set(provenance):
+        raise CardError(
+            f"{Path(staged) / 'README.md'}: no 'redvox' block with version and set; "
+            "was it written by `redvox release stage`?"
+        )
+    return provenance
+
+
+# --- the body ---
+
+
+def fill_template(template: str, sections: Mapping[str, str]) -> str:
+    """Replace every {{name}}; a placeholder without a section (or the reverse) is a bug."""
+    names = set(re.findall(r"\{\{(\w+)\}\}", template))
+    if names != set(sections):
+        raise KeyError(
+            f"card template and sections disagree: missing {sorted(names - set(sections))}, "
+            f"unused {sorted(set(sections) - names)}"
+        )
+    return re.sub(r"\{\{(\w+)\}\}", lambda m: sections[m.group(1)], template)
+
+
+def schema_table() -> str:
+    dtypes = column_dtypes()
+    rows = []
+    for name, field in Entry.model_fields.items():
+        meaning = COLUMN_NOTES.get(name) or field.description or ""
+        kind = "contract" if name in CONTRACT_COLUMNS else "added"
+        rows.append([f"`{name}`", dtypes[name], kind, meaning.replace("|", "/")])
+    return tabulate(rows, ["column", "type", "kind", "meaning"], "github")
+
+
+def counts_section(
+    counts: Mapping[str, Mapping[str, Mapping[str, int]]], conditions: Sequence[str]
+) -> str:
+    """One table per language (rows: vulnerability type, columns: audio type) and totals."""
+    present = {a for per_lang in counts.values() for a in per_lang}
+    order = ["speech", *conditions]
+    audio_types = [a for a in order if a in present] + sorted(present - set(order))
+    parts = []
+    totals = []
+    for lang in [lang for lang in LANGUAGES if lang in counts] + sorted(
+        set(counts) - set(LANGUAGES)
+    ):
+        per_type = counts[lang]
+        vulns = sorted({v for per_audio in per_type.values() for v in per_audio})
+        rows = [[v, *[per_type.get(a, {}).get(v, 0) for a in audio_types]] for v in vulns]
+        rows.append(["**total**", *[sum(per_type.get(a, {}).values()) for a in audio_types]])
+        totals.append([lang, *rows[-1][1:], sum(rows[-1][1:])])
+        parts += [
+            f"**{lang}**",
+            "",
+            tabulate(rows, ["vulnerability_type", *audio_types], "github"),
+            "",
+        ]
+    grand = [sum(col) for col in zip(*[t[1:] for t in totals], strict=True)] if totals else []
+    totals.append(["**all**", *grand])
+    header = ["lang", *audio_types, "rows"]
+    return "\n".join(
+        ["Rows per language and audio type:", "", tabulate(totals, header, "github"), "", *parts]
+    ).rstrip()
+
+
+def consent_section(audit: Mapping[str, Any]) -> str:
+    """Counts only: who is in, and how many were left out for which consent state."""
+    people, recordings = audit["participants"], audit["recordings"]
+    rows = [["kept", people["kept"], recordings["kept"]]]
+    rows += [
+        [f"excluded: {state.replace('_', ' ')}", n, recordings["excluded"].get(state, 0)]
+        for state, n in people["excluded"].items()
+    ]
+    return "\n".join(
+        [
+            "Participants were recruited at partner institutions, recorded through a web "
+            "interface, and gave informed consent separately to participation and to public "
+            "release. Consent is read deny-by-default: a missing, blank or contradictory record, "
+            "or any withdrawal, excludes a participant. Speakers are identified only by "
+            "`user_id`, a keyed HMAC of a private participant key.",
+            "",
+            f"Rule for this set: {audit['rule']}.",
+            "",
+            tabulate(rows, ["participants", "count", "recordings"], "github"),
+        ]
+    )
+
+
+def representativeness_section(report: Mapping[str, Any] | None) -> str:
+    if report is None:
+        return (
+            "This is the full set, for internal evaluation; representativeness is measured "
+            "on the public set against it."
+        )
+    comp = report["composition"]["public_vs_full"]
+    rows = [[dim, f"{r['cramers_v']:.3f}", f"{r['p_value']:.3g}"] for dim, r in comp.items()]
+    text = [
+        f"The public set ({report['sizes']['public_rows']} rows, "
+        f"{report['sizes']['public_speakers']} speakers) is compared with the full collected set "
+        f"({report['sizes']['full_rows']} rows, {report['sizes']['full_speakers']} speakers). "
+        + report["method"],
+        "",
+        "Composition, public vs full:",
+        "",
+        tabulate(rows, ["dimension", "Cramér's V", "p (chi-square)"], "github"),
+        "",
+    ]
+    if report.get("judged"):
+        for name, c in report["judged"]["comparisons"].items():
+            rho = c["spearman"]
+            worst = max(
+                (r["cramers_v"] for per_dim in c["labels"].values() for r in per_dim.values()),
+                default=float("nan"),
+            )
+            text.append(
+                f"Judged model outputs, {name.replace('_', ' ')}: Spearman's rho of per-model "
+                f"safe percentages = {rho['rho']:.2f} (p = {rho['p_value']:.2g}, "
+                f"{len(rho['labels'])} models); largest Cramér's V of label distributions per "
+                f"language and dimension = {worst:.3f}."
+            )
+        text.append("")
+    limits = report["thresholds"]
+    gate = f"Cramér's V <= {limits['max_cramers_v']}"
+    if report.get("judged"):
+        gate += f", rho >= {limits['min_spearman_rho']} with p <= {limits['max_spearman_p']}"
+    text.append(f"Gate ({gate}): **{'passed' if report['passed'] else 'failed'}**.")
+    if not report["passed"] and report.get("override"):
+        text.append(f"Released despite the failed gate; reason given: {report['override']}")
+    return "\n".join(text)
+
+
+def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> str:
+    """Each condition with its declared ranges and, for shared clips, the drawn values."""
+    drawn = {name: clip["params"] for name, clip in manifest.get("shared_clips", {}).items()}
+    lines = []
+    for cond in version.config.conditions:
+        ranges = ", ".join(f"{k} {v}" for k, v in cond.params.items()) or "no parameters"
+        lines.append(
+            f"- **{cond.name}** ({cond.kind}, {cond.sampling} clip, {cond.duration_s:g} s): "
+            f"{cond.description}. Ranges: {ranges}."
+        )
+        params = drawn.get(cond.name)
+        if params:
+            lines.append(f"  Drawn for this version: `{_compact_json(params)}`.")
+    lines.append(
+        "\nEvery text row carries the JSON of the parameters that rendered its clip in "
+        "`condition_params`, so any clip can be audited or re-rendered."
+    )
+    return "\n".join(lines)
+
+
+def _compact_json(value: Any) -> str:
+    import json
+
+    return json.dumps(value, sort_keys=True, separators=(", ", ": "))
+
+
+def mother_tongue_section(tongues: Mapping[str, int]) -> str:
+    rows = sorted(tongues.items(), key=lambda kv: (-kv[1], kv[0]))
+    return "Values in this version (rows):\n\n" + tabulate(
+        [[f"`{t}`", n] for t, n in rows], ["mother_tongue", "rows"], "github"
+    )
+
+
+def release_notes(versions: Sequence[DatasetVersion]) -> str:
+    """CHANGELOG text: newest first, every version up to the one being released."""
+    ordered = sorted(versions, key=lambda v: v.parts, reverse=True)
+    return "\n\n".join(f"### {v.tag}\n\n{v.release_notes}" for v in ordered)
+
+
+def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synthetic: bool) -> str:
+    counts = manifest["counts"]
+    per_lang = ", ".join(
+        f"{lang} {sum(n for per_audio in counts[lang].values() for n in per_audio.values())}"
+        for lang in LANGUAGES
+        if lang in counts
+    )
+    kind = (
+        "the public, gated release"
+        if manifest["set"] == "public"
+        else "the FULL set, private, for internal evaluation only"
+    )
+    text = (
+        f"This is version **{manifest['version']}**, {kind}: {total} rows from {speakers} "
+        f"speakers ({per_lang})."
+    )
+    if synthetic:
+        text += (
+            "\n\n**Synthetic demo build.** These rows come from the builder's embedded demo "
+            "corpus: generated voices and made-up participants, no real person."
+        )
+    return text
+
+
+def card_body(
+    version: DatasetVersion,
+    manifest: Mapping[str, Any],
+    repo_id: str,
+    audit: Mapping[str, Any],
+    report: Mapping[str, Any] | None,
+    earlier: Sequence[DatasetVersion],
+    speakers: int,
+    tongues: Mapping[str, int],
+    synthetic: bool = False,
+) -> str:
+    total = sum(
+        n
+        for per_lang in manifest["counts"].values()
+        for per_a in per_lang.values()
+        for n in per_a.values()
+    )
+    sections = {
+        "summary": summary_section(manifest, speakers, total, synthetic),
+        "repo_id": repo_id,
+        "tag": version.tag,
+        "contract_count": str(len(CONTRACT_COLUMNS)),
+        "schema": schema_table(),
+        "counts": counts_section(manifest["counts"], [c.name for c in version.config.conditions]),
+        "consent": consent_section(audit),
+        "representativeness": representativeness_section(report),
+        "conditions": conditions_section(version, manifest),
+        "mother_tongues": mother_tongue_section(tongues),
+        "release_notes": release_notes([*earlier, version]),
+    }
+    return fill_template(CARD_TEMPLATE.read_text(encoding="utf-8"), sections)

@@ -1,0 +1,298 @@
+"""`redvox release`: represent, stage, verify, push, withdraw, and `run` (what
+`make release` calls): build -> representativeness -> stage -> verify -> push,
+or a dry-run listing when there is no token or no repo id."""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from redvox.schemas import DEMO_CONFIG, InputConfig
+
+DEFAULT_REPO = "FBK-MT/RedVox"
+STAGED_NAME = "staged"
+
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="input config YAML (default: the embedded demo corpus)",
+)
+
+
+def _config(path: Path | None) -> InputConfig:
+    return InputConfig.load(path or DEMO_CONFIG)
+
+
+def _fail(message: str) -> None:
+    raise click.ClickException(message)
+
+
+@click.group()
+def release() -> None:
+    """Check, stage and publish a built RedVox version on the Hugging Face Hub."""
+
+
+@release.command()
+@click.argument("version_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option(
+    "--judged-public",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="judged model outputs on the public set (the evaluator's JSONL)",
+)
+@click.option(
+    "--judged-full",
+    type=click.Path(exists=True, path_type=Path),
+    default=None,
+    help="judged model outputs on the full set",
+)
+@click.option("--override-gate", default=None, metavar="REASON",
+              help="release despite a failed check; the reason is printed in the card")  # fmt: skip
+def represent(version_dir: Path, judged_public, judged_full, override_gate) -> None:
+    """Compare the public set of VERSION_DIR (OUT/<version>) with the full set."""
+    report = _represent(version_dir, judged_public, judged_full, override_gate)
+    if not report["passed"] and not report["override"]:
+        sys.exit(1)
+
+
+def _represent(version_dir: Path, judged_public, judged_full, override: str | None) -> dict:
+    from redvox.builder.manifest import read_manifest
+    from redvox.builder.versions import get_version
+
+    from . import representativeness as rep
+
+    if (judged_public is None) != (judged_full is None):
+        _fail("give both --judged-public and --judged-full, or neither")
+    manifest = read_manifest(version_dir / "public")
+    thresholds = get_version(manifest["version"]).config.representativeness
+    public = rep.read_metadata(version_dir / "public")
+    full = rep.read_metadata(version_dir / "full")
+    judged = None
+    if judged_public is not None:
+        from .judged import compare_judged_files
+
+        judged = compare_judged_files(judged_public, judged_full, thresholds)
+    report = rep.assess(manifest["version"], public, full, thresholds, judged, override)
+    json_path, md_path = rep.write_report(report, version_dir)
+    verdict = "passed" if report["passed"] else "FAILED"
+    if not report["passed"] and report["override"]:
+        verdict += " (overridden)"
+    click.echo(f"representativeness {verdict}: {md_path}")
+    for check in rep.failed_checks(report):
+        click.echo(
+            f"  failed: {check['name']} {check['statistic']} = {check['value']:.3f} "
+            f"({check['kind']} {check['limit']})"
+        )
+    return report
+
+
+@release.command()
+@click.argument("version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo-id", default=DEFAULT_REPO, show_default=True)
+@click.option("--out", "staged", type=click.Path(file_okay=False, path_type=Path), required=True)
+@click.option("--set", "dataset_set", type=click.Choice(["public", "full"]), default="public",
+              show_default=True, help="full: internal evaluation only, private repos")  # fmt: skip
+@config_option
+def stage(version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config_path) -> None:
+    """Write the Hub repo of VERSION_DIR (OUT/<version>) into --out, then verify it."""
+    _stage_and_verify(version_dir, repo_id, staged, dataset_set, _config(config_path))
+
+
+def _stage_and_verify(
+    version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config: InputConfig
+):
+    from redvox.builder.manifest import read_manifest
+
+    from .stage import stage_release
+
+    footprint = stage_release(version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic)
+    click.echo(f"staged {staged}")
+    click.echo(
+        f"  audio: {footprint.rows} rows would carry {footprint.row_audio_bytes} bytes of audio "
+        f"if each kept its own copy; the shards store {footprint.distinct_clips} distinct clips "
+        f"({footprint.distinct_audio_bytes} bytes) in {footprint.file_bytes} bytes of parquet"
+    )
+    manifest = read_manifest(version_dir / dataset_set)
+    return _verify(staged, config, repo_id=repo_id, manifest=manifest)
+
+
+def _verify(staged: Path, config: InputConfig, **kwargs):
+    from .verify import verify_staged
+
+    result = verify_staged(
+        staged, config=config, echo=lambda m: click.echo(f"  verify: {m}"), **kwargs
+    )
+    click.echo(result.summary() if result.ok else f"{staged}: verification FAILED")
+    if not result.ok:
+        click.echo(result.summary())
+        raise click.exceptions.Exit(1)
+    return result
+
+
+@release.command()
+@click.argument("staged", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo-id", default=None, help="target repo; checked for the full set")
+@click.option("--build", "version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="OUT/<version>: also compare counts with its manifest")  # fmt: skip
+@config_option
+def verify(staged: Path, repo_id, version_dir, config_path) -> None:
+    """Check STAGED as users will load it: datasets, audio, consent, identifiers, card."""
+    from redvox.builder.manifest import read_manifest
+
+    from .card import read_provenance
+    from .push import resolve_token
+
+    manifest = None
+    if version_dir is not None:
+        manifest = read_manifest(version_dir / read_provenance(staged)["set"])
+    api = None
+    token = resolve_token() if repo_id else None
+    if token:  # lets verify see whether the target repo is public (refused for the full set)
+        from huggingface_hub import HfApi
+
+        api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
+    _verify(staged, _config(config_path), repo_id=repo_id, manifest=manifest, api=api)
+
+
+@release.command()
+@click.argument("staged", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--repo-id", required=True)
+@click.option("--public", is_flag=True, help="make the repo public after gating it")
+@click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")
+@config_option
+def push(staged: Path, repo_id: str, public: bool, timeout: float, config_path) -> None:
+    """Verify STAGED again and publish it to REPO_ID (token: HF_TOKEN or `hf auth login`)."""
+    from .push import resolve_token
+
+    token = resolve_token()
+    if not token:
+        _fail("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
+    _push(staged, repo_id, public, _config(config_path), token, timeout)
+
+
+def _push(
+    staged: Path, repo_id: str, public: bool, config: InputConfig, token: str, timeout: float
+):
+    from huggingface_hub import HfApi
+
+    from .push import PushError, push_release, use_request_timeout
+    from .verify import verify_staged
+
+    use_request_timeout(timeout)
+    # HF_ENDPOINT is read again here: huggingface_hub reads it only at import time.
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
+    verifier = functools.partial(verify_staged, config=config)
+    try:
+        commit = push_release(
+            staged, repo_id, public=public, api=api, verify=verifier, echo=click.echo
+        )
+    except PushError as exc:
+        _fail(str(exc))
+    click.echo(f"pushed {staged} to {repo_id} at commit {commit}")
+
+
+@release.command()
+@click.argument("participant_key")
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    required=True,
+    help="input config whose consent registry gets the withdrawal",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out"),
+    show_default=True,
+    help="build root: OUT/<version>/",
+)
+@click.option("--repo-id", default=None, help="also list the Hub tags that hold the participant")
+@click.option("--date", "withdrawal_date", default=None, help="YYYY-MM-DD (default: today)")
+@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="build cache folder (default: OUT/.cache)")  # fmt: skip
+def withdraw(
+    participant_key: str, config_path, out: Path, repo_id, withdrawal_date, cache_dir
+) -> None:
+    """Record PARTICIPANT_KEY's withdrawal, build the next MAJOR version without them,
+    and report which built or published versions hold them."""
+    from .withdraw import WithdrawalError, withdraw_participant
+
+    try:
+        withdraw_participant(
+            participant_key, config_path, out, repo_id, withdrawal_date, click.echo, cache_dir
+        )
+    except WithdrawalError as exc:
+        _fail(str(exc))
+
+
+@release.command()
+@click.option("--version", "version", default=None, help="declared version (default: latest)")
+@config_option
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("out"),
+    show_default=True,
+)
+@click.option("--repo-id", default=None, help="push target; without it (or a token): dry run")
+@click.option("--public", is_flag=True, help="make the repo public after gating it")
+@click.option(
+    "--override-gate",
+    default=None,
+    metavar="REASON",
+    help="release despite a failed representativeness check",
+)
+@click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")  # fmt: skip
+def run(version, config_path, out: Path, repo_id, public: bool, override_gate, timeout) -> None:
+    """build -> representativeness -> stage -> verify -> push (dry run without token or repo id)."""
+    from redvox.builder.build_cli import summary
+    from redvox.builder.pipeline import BuildOptions, build_version
+    from redvox.builder.versions import get_version
+
+    from .push import dry_run_listing, plan_push, resolve_token
+
+    declared = get_version(version)
+    config = _config(config_path)
+    click.echo(f"== build {declared.tag} into {out}")
+    click.echo(summary(build_version(declared, config, BuildOptions(out=out))))
+    version_dir = out / declared.version
+    click.echo("== representativeness")
+    report = _represent(version_dir, None, None, override_gate)
+    if not report["passed"] and not report["override"] and config.synthetic:
+        # The demo corpus has a handful of made-up speakers: too few to be
+        # representative. Say so in the card rather than stop the demo release.
+        speakers = report["sizes"]["public_speakers"]
+        reason = (
+            f"synthetic demo corpus ({speakers} made-up speakers), too small to be "
+            "representative: the gate is reported, not enforced"
+        )
+        click.echo(f"overriding the gate: {reason}")
+        report = _represent(version_dir, None, None, reason)
+    if not report["passed"] and not report["override"]:
+        _fail(
+            "the representativeness gate failed; see the report, fix the set or pass --override-gate REASON"
+        )
+    staged = version_dir / STAGED_NAME
+    click.echo(f"== stage and verify {staged}")
+    _stage_and_verify(version_dir, repo_id or DEFAULT_REPO, staged, "public", config)
+    token = resolve_token()
+    if not token or not repo_id:
+        missing = " and ".join(
+            w
+            for w, absent in (
+                ("no token (HF_TOKEN)", not token),
+                ("no repo id (REPO_ID)", not repo_id),
+            )
+            if absent
+        )
+        click.echo(dry_run_listing(plan_push(staged, repo_id or DEFAULT_REPO, public), missing))
+        return
+    click.echo(f"== push to {repo_id}")
+    _push(staged, repo_id, public, config, token, timeout)

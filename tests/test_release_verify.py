@@ -1,0 +1,155 @@
+"""Verification catches each injected defect in a staged copy of the demo release."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from redvox.release.card import read_card, render_card
+from redvox.release.verify import (
+    check_audio,
+    check_card,
+    check_layout,
+    check_rows,
+    check_text_files,
+    load_configs,
+    read_registry,
+    shard_counts,
+    verify_staged,
+)
+from redvox.schemas import DEMO_CONFIG, InputConfig
+
+EN = "data/en/test-00000-of-00001.parquet"
+
+
+@pytest.fixture(scope="module")
+def config() -> InputConfig:
+    return InputConfig.load(DEMO_CONFIG)
+
+
+@pytest.fixture(scope="module")
+def registry(config):
+    return read_registry(config, "public")
+
+
+def rewrite(path, change):
+    """Apply `change(list of row dicts)` to a shard, keeping its features metadata."""
+    table = pq.read_table(path)
+    rows = change(table.to_pylist())
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+
+
+def load(staged, tmp_path, cfg="en"):
+    loaded, problems = load_configs(staged, [cfg], tmp_path / "cache")
+    assert problems == []
+    return loaded[cfg]
+
+
+def test_the_staged_demo_release_verifies(demo_release, config):
+    result = verify_staged(demo_release["staged"], config=config)
+    assert result.ok, result.summary()
+    assert result.rows["all"] == sum(result.rows[lang] for lang in ("en", "de", "es", "fr", "it"))
+    assert result.decoded_clips > 0
+
+
+def test_a_withheld_participants_row_is_caught(demo_release, staged_copy, config):
+    full = pq.read_table(demo_release["version_dir"] / "full" / EN).to_pylist()
+    public_ids = set(
+        pq.read_table(staged_copy / EN, columns=["user_id"]).column("user_id").to_pylist()
+    )
+    withheld_row = next(r for r in full if r["user_id"] not in public_ids)
+    rewrite(staged_copy / EN, lambda rows: [*rows, withheld_row | {"ID": len(rows)}])
+    result = verify_staged(staged_copy, config=config)
+    assert not result.ok
+    consent = [p for p in result.problems if p.check == "consent"]
+    assert len(consent) == 1 and withheld_row["user_id"] in consent[0].message
+
+
+def test_an_absolute_path_and_an_original_file_name_are_caught(staged_copy, registry, tmp_path):
+    def leak(rows):
+        rows[0]["audio"] = rows[0]["audio"] | {"path": "/home/alice/redvox/en_shades_1.0.flac"}
+        rows[1]["user_text"] = "see C:\\Users\\alice\\notes.txt or alice@example.org"
+        return rows
+
+    rewrite(staged_copy / EN, leak)
+    problems = check_rows(load(staged_copy, tmp_path), registry, [str(staged_copy)])
+    kinds = {(p.check, p.message.split(",")[0]) for p in problems}
+    assert ("paths", "row 0 (en ID 0)") in kinds
+    assert (
+        "identifiers",
+        "row 0 (en ID 0)",
+    ) in kinds  # en_shades_1.0.flac is an original file name
+    assert ("paths", "row 1 (en ID 1)") in kinds and ("identifiers", "row 1 (en ID 1)") in kinds
+
+
+def test_an_absolute_path_in_the_card_is_caught(staged_copy, registry):
+    meta, body = read_card(staged_copy)
+    (staged_copy / "README.md").write_text(render_card(meta, body + "\nBuilt in /work/main/out.\n"))
+    problems = check_text_files(staged_copy, registry, [])
+    assert [p.check for p in problems] == ["paths"] and "README.md" in problems[0].message
+
+
+def test_a_wrong_count_is_caught_in_the_card_and_by_load_dataset(staged_copy, tmp_path):
+    meta, body = read_card(staged_copy)
+    en_info = next(i for i in meta["dataset_info"] if i["config_name"] == "en")
+    en_info["splits"][0]["num_examples"] += 1
+    (staged_copy / "README.md").write_text(render_card(meta, body))
+    problems = check_card(staged_copy, shard_counts(staged_copy))
+    assert [p.check for p in problems] == ["counts"]
+    assert "for en" in problems[0].message
+    _, load_problems = load_configs(staged_copy, ["en"], tmp_path / "cache")
+    assert load_problems and "en" in load_problems[0].message
+
+
+def test_a_dropped_row_is_caught_against_the_card_counts(staged_copy):
+    rewrite(staged_copy / EN, lambda rows: rows[:-1])
+    checks = [p.check for p in check_card(staged_copy, shard_counts(staged_copy))]
+    assert "counts" in checks and "card" in checks  # counts differ, and the shard hash too
+
+
+def test_a_broken_audio_cell_is_caught(staged_copy, tmp_path):
+    def break_audio(rows):
+        rows[2]["audio"] = rows[2]["audio"] | {"bytes": b"fLaC" + bytes(200)}
+        return rows
+
+    rewrite(staged_copy / EN, break_audio)
+    decoded, problems = check_audio(load(staged_copy, tmp_path))
+    assert [p.check for p in problems] == ["audio"]
+    assert problems[0].message.startswith("row 2 (en ID 2): audio does not decode")
+    assert decoded > 0
+
+
+def test_a_wrong_duration_is_caught(staged_copy, tmp_path):
+    rewrite(
+        staged_copy / EN,
+        lambda rows: [
+            r | {"duration_s": r["duration_s"] + 0.5} if r["ID"] == 0 else r for r in rows
+        ],
+    )
+    _, problems = check_audio(load(staged_copy, tmp_path))
+    assert len(problems) == 1 and "duration_s says" in problems[0].message
+
+
+def test_stray_files_and_a_root_loading_script_are_caught(staged_copy):
+    (staged_copy / "RedVox.py").write_text("# would break datasets >= 4\n")
+    (staged_copy / "data" / "en" / "notes.txt").write_text("x")
+    problems = check_layout(staged_copy)
+    assert sorted(p.message.split(": ")[0].rsplit("/", 1)[-1] for p in problems) == [
+        "RedVox.py",
+        "notes.txt",
+    ]
+
+
+def test_card_yaml_that_does_not_parse_is_caught(staged_copy):
+    text = (staged_copy / "README.md").read_text()
+    (staged_copy / "README.md").write_text(
+        text.replace("pretty_name: RedVox", "pretty_name: [RedVox", 1)
+    )
+    problems = check_card(staged_copy, shard_counts(staged_copy))
+    assert [p.check for p in problems] == ["card"] and "does not parse" in problems[0].message
+    with pytest.raises(yaml.YAMLError):
+        yaml.safe_load(
+            text.replace("pretty_name: RedVox", "pretty_name: [RedVox", 1).split("---")[1]
+        )

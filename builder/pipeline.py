@@ -126,6 +126,8 @@ def build_version(
     version: DatasetVersion, config: InputConfig, options: BuildOptions
 ) -> BuildReport:
     """Build the requested sets of `version` under `options.out/<version>/`."""
+    if version.config.items is not None:
+        config = config.model_copy(update={"items": version.config.items})
     inputs = load_inputs(config, progress=options.progress)
     _refuse_fatal(inputs)
     key = load_pseudonym_key(config.pseudonym_key_file)

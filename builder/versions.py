@@ -47,7 +47,13 @@ class RepresentativenessThresholds(BaseModel):
 class BuildConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     languages: tuple[str, ...] = LANGUAGES
-    items: ItemSelection = Field(default_factory=ItemSelection)
+    items: ItemSelection | None = Field(
+        default=None,
+        description=(
+            "None: the input config's selection (the items belong to the collection); "
+            "set it, with item_keys, to pin the items of a version in code"
+        ),
+    )
     sample_rate: int = SAMPLE_RATE
     clip_s: float = 6.0
     seed: int

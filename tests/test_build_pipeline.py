@@ -19,7 +19,7 @@ from redvox.builder import pipeline
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.pseudonym import KEY_ENV, pseudonymize
 from redvox.builder.versions import VERSIONS
-from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas import DEMO_CONFIG, InputConfig, ItemSelection
 
 CONFIG = InputConfig.load(DEMO_CONFIG)
 KEY = CONFIG.pseudonym_key_file.read_text().strip().encode()
@@ -326,3 +326,15 @@ def test_build_command_prints_the_summary(built, tmp_path, monkeypatch):
     assert "RedVox 1.0.0" in result.output
     assert "quarantined" in result.output and "excluded participants" in result.output
     assert files_of(tmp_path / "1.0.0" / "public") == files_of(built[0] / "1.0.0" / "public")
+
+
+def test_a_version_that_pins_its_items_builds_only_those(built, tmp_path):
+    out, *_ = built
+    pinned = ("shades:1.0", "m-alert:90011")
+    declared = VERSIONS["1.0.0"]
+    config = declared.config.model_copy(update={"items": ItemSelection(item_keys=pinned)})
+    version = declared.model_copy(update={"version": "9.0.0", "config": config})
+    options = BuildOptions(out=tmp_path, cache_dir=out / ".cache", progress=False, sets=("full",))
+    build_version(version, CONFIG, options)
+    originals = {(r["source"], r["original_id"]) for r in rows_of(tmp_path / "9.0.0" / "full")}
+    assert originals == {("shades", "1.0"), ("m-alert", "90011")}

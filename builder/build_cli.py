@@ -9,6 +9,7 @@ import click
 from tabulate import tabulate
 
 from redvox.schemas import DEMO_CONFIG, ConfigError, InputConfig
+from redvox.sources.cli import config_option, load_config
 
 from .versions import VERSIONS, get_version
 
@@ -24,12 +25,7 @@ def _versions_table() -> str:
 
 @click.command()
 @click.option("--version", "version_name", metavar="V", help="dataset version (default: latest)")
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(path_type=Path, dir_okay=False),
-    help="input config YAML (default: the embedded demo corpus)",
-)
+@config_option
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
@@ -78,7 +74,7 @@ def build(
     sets = ("full", "public") if which == "both" else (which,)
     try:
         version = get_version(version_name)
-        config = InputConfig.load(config_path or DEMO_CONFIG)
+        config = load_config(config_path)
         options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
         report = build_version(version, config, options)
     except (KeyError, ConfigError, BuildError, PseudonymKeyError, NoiseBankError) as exc:

@@ -11,22 +11,11 @@ from pathlib import Path
 
 import click
 
-from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas import InputConfig
+from redvox.sources.cli import config_option, load_config
 
 DEFAULT_REPO = "FBK-MT/RedVox"
 STAGED_NAME = "staged"
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="input config YAML (default: the embedded demo corpus)",
-)
-
-
-def _config(path: Path | None) -> InputConfig:
-    return InputConfig.load(path or DEMO_CONFIG)
 
 
 def _fail(message: str) -> None:
@@ -101,7 +90,7 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 @config_option
 def stage(version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config_path) -> None:
     """Write the Hub repo of VERSION_DIR (OUT/<version>) into --out, then verify it."""
-    _stage_and_verify(version_dir, repo_id, staged, dataset_set, _config(config_path))
+    _stage_and_verify(version_dir, repo_id, staged, dataset_set, load_config(config_path))
 
 
 def _stage_and_verify(
@@ -157,7 +146,7 @@ def verify(staged: Path, repo_id, version_dir, config_path) -> None:
         from huggingface_hub import HfApi
 
         api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    _verify(staged, _config(config_path), repo_id=repo_id, manifest=manifest, api=api)
+    _verify(staged, load_config(config_path), repo_id=repo_id, manifest=manifest, api=api)
 
 
 @release.command()
@@ -173,7 +162,7 @@ def push(staged: Path, repo_id: str, public: bool, timeout: float, config_path) 
     token = resolve_token()
     if not token:
         _fail("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
-    _push(staged, repo_id, public, _config(config_path), token, timeout)
+    _push(staged, repo_id, public, load_config(config_path), token, timeout)
 
 
 def _push(
@@ -259,7 +248,7 @@ def run(version, config_path, out: Path, repo_id, public: bool, override_gate, t
     from .push import dry_run_listing, plan_push, resolve_token
 
     declared = get_version(version)
-    config = _config(config_path)
+    config = load_config(config_path)
     click.echo(f"== build {declared.tag} into {out}")
     click.echo(summary(build_version(declared, config, BuildOptions(out=out))))
     version_dir = out / declared.version

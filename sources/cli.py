@@ -26,6 +26,22 @@ from redvox.schemas import (
 
 from .inputs import Inputs, load_inputs
 
+config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="input config YAML (default: the embedded demo corpus)",
+)
+
+
+def load_config(path: Path | None) -> InputConfig:
+    """The input config at `path` (the demo corpus when None); a click error naming the file."""
+    try:
+        return InputConfig.load(path or DEMO_CONFIG)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+
 
 @click.group("sources")
 def sources() -> None:
@@ -33,22 +49,12 @@ def sources() -> None:
 
 
 @sources.command()
-@click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="input config YAML (default: the embedded demo corpus)",
-)
+@config_option
 def check(config_path: Path | None) -> None:
     """Validate every input and print items, contributions, consent and all problems."""
-    path = config_path or DEMO_CONFIG
-    try:
-        config = InputConfig.load(path)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    config = load_config(config_path)
     inputs = load_inputs(config, progress=sys.stderr.isatty())
-    click.echo(f"Inputs of {path}\n")
+    click.echo(f"Inputs of {config_path or DEMO_CONFIG}\n")
     for title, table in summary_tables(inputs):
         click.echo(f"{title}\n{table}\n")
     fatal = [p for p in inputs.problems if p.fatal]

@@ -14,7 +14,7 @@ from pathlib import Path
 from redvox.schemas import LANGUAGES, SourceItem, VocabularyError, malert_group
 
 from .problems import Problem, ReadResult, validate_row
-from .tables import TableRow, read_table
+from .tables import TableRow, read_table, unique_items
 
 REQUIRED_COLUMNS = (*LANGUAGES, "id", "category")
 # `10330.0` is how an integer column with a gap comes out of a spreadsheet or pandas.
@@ -30,23 +30,7 @@ def normalize_malert_id(raw: str | None) -> str | None:
 def read_malert(path: str | Path) -> ReadResult[SourceItem]:
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="M-ALERT file")
-    result = ReadResult[SourceItem]([], list(table.problems))
-    first_line: dict[str, int] = {}
-    for row in table.records:
-        item, problems = _item(row, file)
-        result.problems.extend(problems)
-        if item is None:
-            continue
-        if item.item_id in first_line:
-            message = (
-                f"id {item.item_id} already used on line {first_line[item.item_id]}; "
-                "row skipped, give each prompt its own id"
-            )
-            result.problems.append(Problem(file, row.line, "id", message))
-            continue
-        first_line[item.item_id] = row.line
-        result.records.append(item)
-    return result
+    return unique_items(table, file, _item, field="id", advice="give each prompt its own id")
 
 
 def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:

@@ -22,7 +22,7 @@ from pathlib import Path
 from redvox.schemas import LANGUAGES, SourceItem
 
 from .problems import Problem, ReadResult, validate_row
-from .tables import TableRow, collapse_whitespace, read_table
+from .tables import TableRow, collapse_whitespace, read_table, unique_items
 
 _LANGUAGE_NAMES = {
     "english": "en",
@@ -64,23 +64,9 @@ def normalize_shades_index(raw: str | None) -> str | None:
 def read_shades(path: str | Path) -> ReadResult[SourceItem]:
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="SHADES file", header=shades_column)
-    result = ReadResult[SourceItem]([], list(table.problems))
-    first_line: dict[str, int] = {}
-    for row in table.records:
-        item, problems = _item(row, file)
-        result.problems.extend(problems)
-        if item is None:
-            continue
-        if item.item_id in first_line:
-            message = (
-                f"index {item.item_id} already used on line {first_line[item.item_id]}; "
-                "row skipped, give each stereotype its own index"
-            )
-            result.problems.append(Problem(file, row.line, "index", message))
-            continue
-        first_line[item.item_id] = row.line
-        result.records.append(item)
-    return result
+    return unique_items(
+        table, file, _item, field="index", advice="give each stereotype its own index"
+    )
 
 
 def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:

@@ -123,6 +123,35 @@ def read_table(
     return _check_columns(result, file, required, header, header_line=1 if kind == "csv" else None)
 
 
+def unique_items(
+    table: ReadResult[TableRow],
+    file: str,
+    to_item: Callable[[TableRow, str], tuple[Any, list[Problem]]],
+    *,
+    field: str,
+    advice: str,
+) -> ReadResult[Any]:
+    """One item per usable row of `table`; a row whose item id is already used is
+    reported (with the line of the first use) and skipped."""
+    result = ReadResult[Any]([], list(table.problems))
+    first_line: dict[str, int] = {}
+    for row in table.records:
+        item, problems = to_item(row, file)
+        result.problems.extend(problems)
+        if item is None:
+            continue
+        if item.item_id in first_line:
+            message = (
+                f"{field} {item.item_id} already used on line {first_line[item.item_id]}; "
+                f"row skipped, {advice}"
+            )
+            result.problems.append(Problem(file, row.line, field, message))
+            continue
+        first_line[item.item_id] = row.line
+        result.records.append(item)
+    return result
+
+
 @dataclass
 class _RawTable:
     columns: list[str]

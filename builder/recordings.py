@@ -1,0 +1,200 @@
+"""Decode and VAD-judge every recording, behind the build cache.
+
+Only cache misses reach the workers; each worker decodes a batch and runs the
+batched VAD on it, so both scale with --workers, while the parent alone writes
+the cache.
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+from collections import deque
+from collections.abc import Iterator, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from redvox.schemas import SAMPLE_RATE
+
+from .audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
+from .cache import BuildCache, digest_of
+from .join import Recording, recording_quarantine
+from .manifest import QuarantineRecord, Stage
+from .rows import AudioRef
+from .vad import BatchedSileroVad, judge_recording
+from .variants import flac_samples
+from .versions import VadParams
+
+# Recordings one worker decodes and judges at once: a full batch for the batched
+# VAD, and a bounded amount of audio in memory per worker.
+BATCH = 64
+VAD_BATCH = 64
+# Bumped when the normalisation changes, so cached decodes are not reused.
+DECODE_FORMAT = "decode-v1"
+
+
+@dataclass(frozen=True)
+class SpeechOutcome:
+    """A recording after decode and VAD: its audio when usable, else why not."""
+
+    audio: AudioRef | None
+    quarantine: QuarantineRecord | None
+
+
+@dataclass(frozen=True)
+class _Batch:
+    """Recordings one worker decodes and judges: `decoded[i]` is the cached decode fact
+    (None: decode it), `judged[i]` whether its VAD verdict is cached."""
+
+    paths: tuple[str, ...]
+    decoded: tuple[dict | None, ...]
+    judged: tuple[bool, ...]
+    cache_root: str
+    vad_params: VadParams
+
+
+def _usable(fact: dict) -> bool:
+    return "error" not in fact and not fact["problems"]
+
+
+def _normalise_file(path: str) -> tuple[dict, bytes | None, np.ndarray | None]:
+    """Decode one recording, encode it as released, report its defects.
+
+    Everything downstream (VAD, mixing) uses the samples of the released FLAC, so
+    a result is the same whether it was just computed or read back from the cache.
+    """
+    try:
+        decoded = decode_audio(path)
+    except AudioDecodeError as exc:
+        return {"error": str(exc).removeprefix(f"{path}: ")}, None, None
+    flac = encode_flac(decoded.samples)
+    samples = flac_samples(flac)
+    fact = {"duration_s": len(samples) / SAMPLE_RATE, "problems": audio_problems(decoded)}
+    return fact, flac, samples
+
+
+@functools.cache
+def _vad_model(params: VadParams) -> BatchedSileroVad:
+    return BatchedSileroVad(params, batch_size=VAD_BATCH)
+
+
+def _judge_batch(batch: _Batch) -> list[tuple[dict, bytes | None, dict | None]]:
+    """Worker: (decode fact, new FLAC bytes, new VAD verdict) per recording of the batch.
+
+    Decoding and VAD run in the same process so that both scale with --workers;
+    the parent alone writes the cache.
+    """
+    facts = list(batch.decoded)
+    flacs: list[bytes | None] = [None] * len(facts)
+    samples: dict[int, np.ndarray] = {}
+    for i, path in enumerate(batch.paths):
+        if facts[i] is None:
+            facts[i], flacs[i], audio = _normalise_file(path)
+            if audio is not None:
+                samples[i] = audio
+    pending = [
+        i
+        for i, f in enumerate(facts)
+        if _usable(f) and (flacs[i] is not None or not batch.judged[i])
+    ]
+    cache = BuildCache(Path(batch.cache_root))
+    for i in pending:
+        if i not in samples:
+            samples[i] = flac_samples(cache.blob(facts[i]["blob"]))
+    verdicts: list[dict | None] = [None] * len(facts)
+    if pending:
+        vad = _vad_model(batch.vad_params)
+        stamps = vad.speech_timestamps([samples[i] for i in pending])
+        for i, timestamps in zip(pending, stamps, strict=True):
+            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params).to_json()
+    return list(zip(facts, flacs, verdicts, strict=True))
+
+
+@contextmanager
+def _workers(count: int) -> Iterator[Executor | None]:
+    if count <= 1:
+        yield None
+        return
+    # spawn: the parent may hold onnxruntime threads, which fork would copy half-alive.
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+        yield pool
+
+
+def _in_order(pool: Executor | None, batches: Iterator[_Batch], window: int) -> Iterator[list]:
+    """Results of the batches in order, at most `window` in flight: memory stays flat."""
+    if pool is None:
+        for batch in batches:
+            yield _judge_batch(batch)
+        return
+    in_flight: deque = deque()
+    for batch in batches:
+        in_flight.append(pool.submit(_judge_batch, batch))
+        if len(in_flight) >= window:
+            yield in_flight.popleft().result()
+    while in_flight:
+        yield in_flight.popleft().result()
+
+
+def normalise_recordings(
+    paths: Sequence[Path],
+    file_shas: Sequence[str],
+    recordings: Sequence[Recording],
+    vad_params: VadParams,
+    cache: BuildCache,
+    workers: int = 1,
+    progress: bool = True,
+) -> list[SpeechOutcome]:
+    """Decode and judge every recording; only cache misses reach the workers."""
+    vad_json = vad_params.model_dump_json()
+    decode_keys = [digest_of(DECODE_FORMAT, sha) for sha in file_shas]
+    facts = [cache.get("decoded", k) for k in decode_keys]
+    verdicts = [
+        cache.get("vad", digest_of("vad", f["blob"], vad_json)) if f and _usable(f) else None
+        for f in facts
+    ]
+    todo = [i for i, f in enumerate(facts) if f is None or (_usable(f) and verdicts[i] is None)]
+    spans = [todo[s : s + BATCH] for s in range(0, len(todo), BATCH)]
+    batches = (
+        _Batch(
+            paths=tuple(str(paths[i]) for i in span),
+            decoded=tuple(facts[i] for i in span),
+            judged=tuple(verdicts[i] is not None for i in span),
+            cache_root=str(cache.root),
+            vad_params=vad_params,
+        )
+        for span in spans
+    )
+    bar = tqdm(total=len(todo), desc="decode + VAD", unit="rec", disable=not progress or not todo)
+    # No pool at all when everything is cached: starting workers costs seconds.
+    with _workers(workers if todo else 1) as pool, bar:
+        for span, results in zip(spans, _in_order(pool, batches, 2 * workers), strict=True):
+            for i, (fact, flac, verdict) in zip(span, results, strict=True):
+                if flac is not None:
+                    fact = {**fact, "blob": cache.put_blob(flac)}
+                if facts[i] is None:
+                    facts[i] = fact
+                    cache.put("decoded", decode_keys[i], fact)
+                if verdict is not None:
+                    verdicts[i] = verdict
+                    cache.put("vad", digest_of("vad", fact["blob"], vad_json), verdict)
+            bar.update(len(span))
+    return [_outcome(r, f, v) for r, f, v in zip(recordings, facts, verdicts, strict=True)]
+
+
+def _outcome(rec: Recording, fact: dict, verdict: dict | None) -> SpeechOutcome:
+    def refused(stage: Stage, reason: str) -> SpeechOutcome:
+        return SpeechOutcome(None, recording_quarantine(rec, stage, reason))
+
+    if "error" in fact:
+        return refused("decode", fact["error"])
+    if fact["problems"]:
+        return refused("decode", "; ".join(fact["problems"]))
+    if not verdict["valid"]:
+        return refused("vad", verdict["reason"])
+    return SpeechOutcome(AudioRef(fact["blob"], "", fact["duration_s"]), None)

@@ -9,6 +9,8 @@ RELEASE_CONFIG ?=
 VERSION ?=
 REPO_ID ?=
 PUBLIC ?=
+# extra pip arguments, e.g. PyTorch's CPU wheel index on machines without a local CPU wheel
+PIP_ARGS ?=
 
 .DEFAULT_GOAL := help
 .PHONY: help venv system-deps test lint release bench lock demo-corpus clean
@@ -20,21 +22,20 @@ venv: $(STAMP) system-deps ## create .venv with the pinned dependencies (idempot
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -c requirements.lock -e '.[dev]'
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -c requirements.lock -e '.[dev]'
 	@touch $(STAMP)
 
-# datasets 5.x decodes audio through torchcodec, which needs FFmpeg's libraries;
-# espeak-ng speaks the demo corpus and some VAD test utterances.
+# datasets 5.x decodes audio through torchcodec, which needs FFmpeg (required).
+# espeak-ng only speaks the demo corpus (make demo-corpus) and extra VAD test
+# utterances: installed when we can, otherwise those tests use the demo alone.
 system-deps:
 	@missing=""; for tool in ffmpeg espeak-ng; do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
-	if [ -n "$$missing" ]; then \
-	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-	    echo "installing$$missing (apt-get)"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	  else \
-	    echo "missing system packages:$$missing; run 'sudo apt-get install$$missing' (datasets needs ffmpeg to decode audio)" >&2; exit 1; \
-	  fi; \
-	fi
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing$$missing (apt-get)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi; \
+	command -v espeak-ng >/dev/null || echo "note: espeak-ng is missing ('sudo apt-get install espeak-ng'): make demo-corpus needs it"; \
+	command -v ffmpeg >/dev/null || { echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; }
 
 test: venv ## run the test suite
 	$(BIN)/python -m pytest -q

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 from tabulate import tabulate
+from tqdm import tqdm
 
 from redvox.schemas import (
     DEMO_CONFIG,
@@ -25,6 +26,7 @@ from redvox.schemas import (
 )
 
 from .inputs import Inputs, load_inputs
+from .problems import Problem
 
 config_option = click.option(
     "--config",
@@ -50,15 +52,23 @@ def sources() -> None:
 
 @sources.command()
 @config_option
-def check(config_path: Path | None) -> None:
+@click.option(
+    "--audio/--no-audio",
+    default=True,
+    show_default=True,
+    help="also decode every recording and report corrupt, silent or clipped ones",
+)
+def check(config_path: Path | None, audio: bool) -> None:
     """Validate every input and print items, contributions, consent and all problems."""
     config = load_config(config_path)
-    inputs = load_inputs(config, progress=sys.stderr.isatty())
+    progress = sys.stderr.isatty()
+    inputs = load_inputs(config, progress=progress)
     click.echo(f"Inputs of {config_path or DEMO_CONFIG}\n")
     for title, table in summary_tables(inputs):
         click.echo(f"{title}\n{table}\n")
-    fatal = [p for p in inputs.problems if p.fatal]
-    rows = [p for p in inputs.problems if not p.fatal]
+    problems = inputs.problems + (_audio_problems(inputs, progress) if audio else [])
+    fatal = [p for p in problems if p.fatal]
+    rows = [p for p in problems if not p.fatal]
     if fatal:
         click.echo(f"Unusable inputs ({len(fatal)}): fix these before building")
         click.echo("\n".join(str(p) for p in fatal) + "\n")
@@ -66,6 +76,26 @@ def check(config_path: Path | None) -> None:
     click.echo("\n".join(str(p) for p in rows) if rows else "none")
     if fatal:
         sys.exit(1)
+
+
+def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
+    """The recordings a build would quarantine at decode time (VAD is left to the build)."""
+    # The decoder lives with the builder, which applies the same rules.
+    from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio
+
+    problems = []
+    root = inputs.config.audio_root
+    for contribution in tqdm(inputs.contributions, desc="decoding", disable=not progress):
+        path = root / contribution.audio_file
+        try:
+            found = audio_problems(decode_audio(path))
+        except AudioDecodeError as exc:
+            found = [str(exc).removeprefix(f"{path}: ")]
+        problems += [
+            Problem(str(path), None, "audio", f"{p}; the build quarantines this recording")
+            for p in found
+        ]
+    return problems
 
 
 def summary_tables(inputs: Inputs) -> list[tuple[str, str]]:

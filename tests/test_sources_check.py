@@ -49,7 +49,24 @@ def test_check_on_the_demo_corpus_shows_summary_and_deliberate_problems():
     for expected in DELIBERATE:
         assert expected in problems, expected
     assert "Unusable inputs" not in out
+    for recording, reason in BAD_RECORDINGS.items():
+        assert any(recording in line and reason in line for line in problems.splitlines())
     assert snapshot(DEMO) == before
+
+
+# The demo's deliberately bad recordings, found by decoding them.
+BAD_RECORDINGS = {
+    "demo-p01/en_shades_1.0.flac: audio: clipped": "quarantines",
+    "demo-p03/de_shades_2.0.flac: audio: truncated or corrupt": "quarantines",
+    "demo-p05/es_shades_7.0.flac: audio: digital silence": "quarantines",
+}
+
+
+def test_check_without_audio_decodes_nothing():
+    result = CliRunner().invoke(main, ["sources", "check", "--no-audio"])
+    assert result.exit_code == 0, result.output
+    assert "Problems (7)" in result.output
+    assert not any(recording in result.output for recording in BAD_RECORDINGS)
 
 
 def test_load_inputs_keeps_only_usable_contributions_and_hashes_inputs():

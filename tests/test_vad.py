@@ -40,22 +40,32 @@ def espeak(voice: str, ssml: str, path: Path) -> np.ndarray:
     return decode_audio(path).samples
 
 
-@pytest.fixture(scope="module")
-def speech(tmp_path_factory) -> list[np.ndarray]:
-    """espeak-ng utterances, some with leading/trailing silence, plus the demo corpus."""
-    if shutil.which("espeak-ng") is None:
-        pytest.skip("espeak-ng is not installed")
-    folder = tmp_path_factory.mktemp("espeak")
-    recordings = [espeak(v, s, folder / f"{i}.wav") for i, (v, s) in enumerate(UTTERANCES)]
-    recordings[0] = np.concatenate([np.zeros(RATE, np.float32), recordings[0]])
-    recordings[3] = np.concatenate([recordings[3], np.zeros(RATE // 3, np.float32)])
-    # every third demo file: all speakers and languages, a third of the run time
-    for path in sorted(DEMO_AUDIO.glob("*/*.flac"))[::3]:
+def demo_speech() -> list[np.ndarray]:
+    """Every decodable demo recording, plus pairs of them joined by a pause: the
+    embedded corpus alone covers one- and several-segment speech."""
+    recordings = []
+    for path in sorted(DEMO_AUDIO.glob("*/*.*")):
         try:
             recordings.append(decode_audio(path).samples)
         except AudioDecodeError:
             continue  # the demo's deliberately broken files have no samples to compare
-    return recordings
+    pause = np.zeros(RATE, np.float32)
+    pairs = [np.concatenate([a, pause, b]) for a, b in zip(recordings[:4], recordings[4:8])]
+    return recordings + pairs
+
+
+@pytest.fixture(scope="module")
+def speech(tmp_path_factory) -> list[np.ndarray]:
+    """The demo corpus, and espeak-ng utterances (other languages, pauses, leading and
+    trailing silence) where espeak-ng is installed."""
+    recordings = demo_speech()
+    if shutil.which("espeak-ng") is None:
+        return recordings
+    folder = tmp_path_factory.mktemp("espeak")
+    spoken = [espeak(v, s, folder / f"{i}.wav") for i, (v, s) in enumerate(UTTERANCES)]
+    spoken[0] = np.concatenate([np.zeros(RATE, np.float32), spoken[0]])
+    spoken[3] = np.concatenate([spoken[3], np.zeros(RATE // 3, np.float32)])
+    return spoken + recordings
 
 
 @pytest.fixture(scope="module")
@@ -118,16 +128,16 @@ def test_stereo_input_is_refused():
         BatchedSileroVad(VadParams()).speech_timestamps([np.zeros(100), np.zeros((100, 2))])
 
 
-def test_espeak_speech_is_valid_and_silence_is_quarantined(speech):
+def test_speech_is_valid_and_silence_is_quarantined(speech):
     params = VadParams()
     vad = BatchedSileroVad(params)
-    clips = [speech[2], np.zeros(3 * RATE, np.float32)]
+    clips = [speech[-1], np.zeros(3 * RATE, np.float32)]  # two utterances around a pause
     talk, quiet = (
         judge_recording(t, len(c), params)
         for t, c in zip(vad.speech_timestamps(clips), clips, strict=True)
     )
     assert talk.valid and talk.reason is None and len(talk.segments) >= 2
-    assert 1.0 < talk.speech_s <= len(speech[2]) / RATE
+    assert 1.0 < talk.speech_s <= len(speech[-1]) / RATE
     assert (quiet.valid, quiet.reason, quiet.segments) == (False, "no speech detected", ())
 
 

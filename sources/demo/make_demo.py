@@ -310,11 +310,11 @@ CONSENT_NOTES = {
 # (participant, lang) -> what happens to the audio of that speaker's first recording.
 AUDIO_FAULTS = {
     ("demo-p05", "es"): ("silence", "digital silence (all zeros, valid FLAC)",
-                         "no speech: quarantined by the VAD check"),
+                         "quarantined as digital silence when decoded (before VAD)"),
     ("demo-p03", "de"): ("corrupt", "valid FLAC cut in half",
                          "undecodable: quarantined as unreadable audio"),
     ("demo-p01", "en"): ("clipped", "speech x20, clipped to +-1",
-                         "heavily clipped: reported as clipped"),
+                         "heavily clipped: quarantined when decoded"),
     ("demo-p11", "fr"): ("missing", "the audio file does not exist",
                          "quarantined as missing audio"),
     ("demo-p07", "fr"): ("wav44k", "44.1 kHz stereo WAV instead of 16 kHz mono FLAC",

@@ -302,6 +302,18 @@ def test_text_only_runs_are_reported_apart_and_compared(tmp_path):
     assert summary["text_only_vs_audio"]["alpha"]["safe"]["text_only_minus_audio"] == 25.0
 
 
+def test_text_only_is_decided_below_the_searched_folder(tmp_path):
+    # A `text-only` folder above the one searched is where the project lives, not a run kind.
+    outputs = tmp_path / "text-only" / "proj" / "outputs"
+    write_jsonl(outputs / "en" / "alpha.jsonl", model_rows(ALPHA))
+    write_jsonl(outputs / "text-only" / "en" / "alpha.jsonl", model_rows(share_spec(2, 2)))
+    found = {f.relative.as_posix(): f.text_only for f in find_output_files([outputs])}
+    assert found == {"en/alpha.jsonl": False, "text-only/en/alpha.jsonl": True}
+    summary = run_report(str(outputs), "--out", str(tmp_path / "r"))
+    assert summary["models"]["alpha"]["n"] == 12
+    assert summary["text_only"]["models"]["alpha"]["n"] == 4
+
+
 def test_spearman_between_two_runs(tmp_path):
     # safe shares: this run 90, 80, 70, 60 %; other run 80, 90, 60, 50 %. Ranks 4 3 2 1 vs
     # 3 4 2 1: sum d^2 = 2, rho = 1 - 6 * 2 / (4 * (16 - 1)) = 0.8.

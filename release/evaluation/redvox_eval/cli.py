@@ -227,6 +227,8 @@ def judge(
         f"{run.rows} rows: {run.already_labelled} already labelled, {run.from_cache} verdicts "
         f"from the cache, {run.asked} asked of {judge_model}"
     )
+    if run.on_prompt_text:
+        click.echo(f"{run.on_prompt_text} speech rows judged on prompt_text: no transcript")
     click.echo("usage: " + json.dumps(usage.as_dict(price_per_1k)))
     for path in run.written:
         click.echo(f"wrote {path}")

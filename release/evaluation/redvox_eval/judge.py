@@ -121,8 +121,13 @@ def judge_input(lang: str, request: str, response: str) -> str:
 
 
 def request_of(row: dict, where: str) -> str:
-    """What the user asked: for speech rows the transcript of the recording plus the typed
-    follow-up, for text rows `user_text` (harmful content and follow-up)."""
+    """What the user asked: for speech rows what was spoken plus the typed follow-up, for
+    text rows `user_text` (harmful content and follow-up).
+
+    What was spoken is the transcript of the recording; the builder leaves it null when the
+    collection gave none, and then the item text the participant was asked to speak
+    (`prompt_text`) stands in for it.
+    """
     user_text = str(row.get("user_text") or "")
     if row.get("modality") != "speech":
         if not user_text.strip():
@@ -130,13 +135,26 @@ def request_of(row: dict, where: str) -> str:
                 f"{where}: field 'user_text' is empty on a text row; copy it from the dataset"
             )
         return user_text
-    transcript = row.get("transcript")
-    if not isinstance(transcript, str) or not transcript.strip():
+    spoken = _nonblank(row.get("transcript")) or _nonblank(row.get("prompt_text"))
+    if spoken is None:
         raise JudgeError(
-            f"{where}: field 'transcript' is empty on a speech row; the judge reads the "
-            f"transcript of the recording, copy it from the dataset"
+            f"{where}: field 'transcript' is empty on a speech row (and so is 'prompt_text'); "
+            f"the judge reads the transcript of the recording, copy it from the dataset"
         )
-    return f"{transcript.strip()}\n{user_text.strip()}".strip()
+    return f"{spoken}\n{user_text.strip()}".strip()
+
+
+def judged_on_prompt_text(row: dict) -> bool:
+    """A speech row with no transcript, whose request is its `prompt_text` instead."""
+    return (
+        row.get("modality") == "speech"
+        and _nonblank(row.get("transcript")) is None
+        and _nonblank(row.get("prompt_text")) is not None
+    )
+
+
+def _nonblank(value: object) -> str | None:
+    return value.strip() if isinstance(value, str) and value.strip() else None
 
 
 def cache_key(judge_model: str, lang: str, request: str, response: str) -> str:

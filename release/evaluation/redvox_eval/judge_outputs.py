@@ -17,6 +17,7 @@ from .judge import (
     VerdictCache,
     cache_key,
     judge_tasks,
+    judged_on_prompt_text,
     request_of,
 )
 from .labels import safety_of, yes_no_of
@@ -30,6 +31,7 @@ class JudgeRun:
     already_labelled: int
     from_cache: int
     asked: int
+    on_prompt_text: int  # speech rows judged on `prompt_text`: they have no transcript
 
 
 def default_tag(judge_model: str) -> str:
@@ -82,6 +84,7 @@ def judge_output_files(
     judge_model = client.endpoint.model
     contents: list[tuple[OutputFile, list[tuple[dict, str | None]]]] = []
     tasks: dict[str, JudgeTask] = {}
+    on_prompt_text = 0
     for file in files:
         rows = []
         for number, row in read_jsonl(file.path):
@@ -90,6 +93,7 @@ def judge_output_files(
                 task = _task(row, f"{file.path}:{number}", prompts, judge_model)
                 tasks.setdefault(task.key, task)
                 key = task.key
+                on_prompt_text += judged_on_prompt_text(row)
             rows.append((row, key))
         contents.append((file, rows))
     from_cache = sum(cache.get(k) is not None for k in tasks)
@@ -111,4 +115,4 @@ def judge_output_files(
         written.append(path)
     n_rows = sum(len(rows) for _, rows in contents)
     labelled = sum(key is None for _, rows in contents for _, key in rows)
-    return JudgeRun(written, n_rows, labelled, from_cache, len(tasks) - from_cache)
+    return JudgeRun(written, n_rows, labelled, from_cache, len(tasks) - from_cache, on_prompt_text)

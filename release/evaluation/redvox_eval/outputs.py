@@ -77,12 +77,22 @@ def find_output_files(
             if path.resolve() in seen:  # named twice, e.g. a folder and a file inside it
                 continue
             seen.add(path.resolve())
-            text_only = TEXT_ONLY_DIR in path.resolve().parent.parts
-            found.append(OutputFile(path, model, text_only, path.relative_to(base)))
+            found.append(OutputFile(path, model, is_text_only(path, root), path.relative_to(base)))
     if not found:
         wanted = f"*.{judge_tag}.jsonl" if judge_tag else "*.jsonl"
         raise EvaluationError(f"no {wanted} files under {', '.join(map(str, paths))}")
     return found
+
+
+def is_text_only(path: Path, root: Path) -> bool:
+    """Whether PATH, found under ROOT (the folder or file the user named), is a text-only run.
+
+    Only folders below ROOT count, and for a named file the folders as the user wrote them:
+    a `text-only` folder higher up the absolute path (/tmp/text-only/proj/outputs) says
+    nothing about the run.
+    """
+    where = path.parent if root == path else path.relative_to(root).parent
+    return TEXT_ONLY_DIR in where.parts
 
 
 def read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:

@@ -6,10 +6,11 @@ Measured in one run, each step in its own process (so its peak RSS is its own):
 - warm: the same build again (everything cached, shards unchanged);
 - add_condition: 1.1.0 after 1.0.0 (renders only speech_noise_a);
 - cold at a smaller scale, to show memory does not grow with the corpus;
-- baseline: per-file `silero_vad.get_speech_timestamps` with the default model,
-  every row's audio rendered and encoded on its own, no cache, shards written
-  with `datasets`.
-Prints a table and, last, one JSON line with the figures.
+- baseline: per-file `silero_vad.get_speech_timestamps` with the default model
+  on all CPUs (torch threads), every row's audio rendered and encoded on its own,
+  no cache, shards written with `datasets`.
+Prints a table (with each side's processes x threads) and, last, one JSON line
+with the figures.
 
     .venv/bin/python bench/bench_build.py [--scale 1.0] [--workers 2] [--workdir DIR]
 """
@@ -17,6 +18,7 @@ Prints a table and, last, one JSON line with the figures.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import resource
@@ -42,6 +44,7 @@ def peak_rss_mb(workers: int) -> dict[str, float]:
 
 def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
     from redvox.builder.pipeline import BuildOptions, build_version
+    from redvox.builder.vad import BatchedSileroVad
     from redvox.builder.versions import get_version
     from redvox.schemas import InputConfig
 
@@ -58,6 +61,12 @@ def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
         "public_rows": sum(report.sets["public"].rows.values()),
         "computed": dict(report.computed),
         "rss_mb": peak_rss_mb(workers),
+        # The workers build their VAD session with the default thread count.
+        "threads": {
+            "processes": workers,
+            "per_process": inspect.signature(BatchedSileroVad).parameters["num_threads"].default,
+            "what": "onnxruntime intra-op",
+        },
     }
 
 
@@ -85,6 +94,9 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     from redvox.sources.inputs import load_inputs
     from redvox.sources.musan import read_noise_bank
 
+    # Importing silero_vad pins torch to one thread (silero_vad/model.py); the baseline
+    # gets every CPU, as a user of `get_speech_timestamps` would.
+    torch.set_num_threads(os.cpu_count() or 1)
     start = time.perf_counter()
     version = get_version("1.0.0")
     config = InputConfig.load(config_path)
@@ -139,6 +151,11 @@ def run_baseline(config_path: Path, out: Path) -> dict:
         "seconds": time.perf_counter() - start,
         "rows": sum(1 for r in rows_for_set(rows, states, "full")),
         "rss_mb": peak_rss_mb(1),
+        "threads": {
+            "processes": 1,
+            "per_process": torch.get_num_threads(),
+            "what": "torch intra-op",
+        },
     }
 
 
@@ -197,6 +214,7 @@ def report(steps: dict, args: argparse.Namespace) -> None:
             f"{s['rss_mb']['own']:.0f}",
             f"{s['rss_mb']['worker']:.0f}",
             f"{s['rss_mb']['total']:.0f}",
+            threads_label(s["threads"]),
             ", ".join(f"{k} {v}" for k, v in sorted(s.get("computed", {}).items())),
         ]
         for name, s in steps.items()
@@ -208,6 +226,7 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         "RSS MB",
         "worker RSS MB",
         "peak RSS MB",
+        "processes x threads",
         "computed (decoded, VAD, clips)",
     ]
     print(
@@ -225,8 +244,14 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         ),
         "peak_rss_small_mb": round(steps["cold_small"]["rss_mb"]["total"]),
         "rows": steps["cold"]["rows"],
+        "builder_threads": threads_label(steps["cold"]["threads"]),
+        "baseline_threads": threads_label(steps["baseline"]["threads"]),
     }
     print(json.dumps(figures))
+
+
+def threads_label(threads: dict) -> str:
+    return f"{threads['processes']} x {threads['per_process']} ({threads['what']})"
 
 
 if __name__ == "__main__":

@@ -120,14 +120,24 @@ def variants() -> None:
 @click.option(
     "--out",
     type=click.Path(path_type=Path, file_okay=False),
-    help="root of the new build (default: the root of --from)",
+    help=(
+        "root of the new build (default: OUT for a built set OUT/<version>/<set>; "
+        "the parent of --from for a release folder without manifest.json)"
+    ),
 )
 @click.option(
     "--noise-bank",
     type=click.Path(path_type=Path, file_okay=False),
     help="MUSAN-layout noise bank (default: the demo corpus's)",
 )
-@click.option("--seed", type=int, help="seed of the new clips (default: the version's seed)")
+@click.option(
+    "--seed",
+    type=int,
+    help=(
+        "seed of the new clips (default: the seed in --from's manifest.json; without one, "
+        "the seed of the declared version in the rows' builder_version)"
+    ),
+)
 @click.option(
     "--cache",
     "cache_dir",

@@ -3,7 +3,7 @@
 
 None of them holds a timestamp or an absolute path, so two builds of the same
 inputs give identical bytes; the public set's reports never hold a participant
-key (the pseudonymous `user_id` stands in for it).
+key (the pseudonymous `user_id` stands in for it), a recording's file name or a path.
 """
 
 from __future__ import annotations
@@ -44,37 +44,63 @@ class QuarantineRecord:
     def report(
         self, user_ids: Mapping[str, str], *, public: bool, withheld: Collection[str] = ()
     ) -> dict:
-        """The JSON line. Public: participant keys in the text become user ids, and the
-        `withheld` participants (not in the public set) are not identified at all."""
-        if public:
-            user_ids = {k: v for k, v in user_ids.items() if k not in withheld}
-            hidden = {k: "a participant" for k in withheld}
-            reason = public_text(public_text(self.reason, hidden), user_ids)
-        else:
-            reason = self.reason
+        """The JSON line. Public: no participant key, file name or path in any field;
+        keys become user ids, and the `withheld` participants (not in the public set)
+        are not identified at all."""
         line = {
             "stage": self.stage,
-            "reason": reason,
+            "reason": self.reason,
             "lang": self.lang,
             "item_key": self.item_key,
-            "user_id": user_ids.get(self.participant_key) if self.participant_key else None,
             "file": self.file,
             "row": self.row,
             "field": self.field,
         }
-        if not public:
+        if public:
+            shown = {k: v for k, v in user_ids.items() if k not in withheld}
+            names = {**shown, **{k: WITHHELD for k in withheld}}
+            line["reason"] = redact_paths(self.reason, self.audio_file)
+            line = {k: redact_keys(v, names) if isinstance(v, str) else v for k, v in line.items()}
+            line["user_id"] = shown.get(self.participant_key) if self.participant_key else None
+        else:
+            line["user_id"] = user_ids.get(self.participant_key) if self.participant_key else None
             line["participant_key"] = self.participant_key
             line["audio_file"] = self.audio_file
         return {k: v for k, v in line.items() if v is not None}
 
 
-def public_text(text: str, user_ids: Mapping[str, str]) -> str:
-    """`text` with every known participant key replaced by its user id."""
-    if not user_ids:
+# What the public reports say instead of a withheld participant, a recording's file
+# name (names of people often end up in them) and any other path.
+WITHHELD = "a participant"
+AUDIO_FILE = "<audio file>"
+PATH = "<path>"
+_NAME_CHARS = r"[^\s'\"<>(),;:]"
+# Absolute paths, and relative ones that end in a file name ("a/b.txt", not "SHADES/M-ALERT").
+_PATH = re.compile(
+    rf"(?<![\w.])(?:[A-Za-z]:[/\\]|~?[/\\]){_NAME_CHARS}+"
+    rf"|{_NAME_CHARS}+[/\\]{_NAME_CHARS}*\.[A-Za-z0-9]{{1,5}}\b"
+)
+_AUDIO_NAME = re.compile(
+    rf"{_NAME_CHARS}+\.(?:flac|wav|mp3|ogg|opus|m4a|aac|webm)\b", re.IGNORECASE
+)
+
+
+def redact_paths(text: str, audio_file: str | None = None) -> str:
+    """`text` with `audio_file`, any other audio file name and any path replaced."""
+    if audio_file:
+        text = text.replace(audio_file, AUDIO_FILE)
+    return _AUDIO_NAME.sub(AUDIO_FILE, _PATH.sub(PATH, text))
+
+
+def redact_keys(text: str, names: Mapping[str, str]) -> str:
+    """`text` with every known participant key replaced by its stand-in (`names[key]`),
+    wherever it appears, even inside a word (`p11_take1`). One pass, longest key first,
+    so a key that contains another is replaced whole and a stand-in is never rewritten."""
+    if not names:
         return text
-    keys = sorted(user_ids, key=len, reverse=True)
-    pattern = re.compile(r"(?<![\w-])(" + "|".join(map(re.escape, keys)) + r")(?![\w-])")
-    return pattern.sub(lambda m: user_ids[m.group(1)], text)
+    keys = sorted(names, key=len, reverse=True)
+    pattern = re.compile("|".join(map(re.escape, keys)))
+    return pattern.sub(lambda m: names[m.group(0)], text)
 
 
 def write_quarantine(

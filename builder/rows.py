@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from redvox.schemas import AudioCell, Entry, NoiseCondition, entry_key, primary_language
 
 from .join import Recording
+from .versions import MIXES_SPEECH
 from .write import ShardRow
 
 SPEECH = "speech"
-# Condition kinds that mix the recording itself: their rows are spoken requests.
-MIXES_SPEECH = frozenset({"speech_ambient"})
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from .manifest import (
     write_json,
 )
 from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
+from .versions import VERSIONS
 from .write import ShardRow, atomic_write_bytes, remove_leftovers, shard_path, write_shard
 
 
@@ -147,11 +148,9 @@ def add_condition(
     """
     source = Path(source)
     manifest = _source_manifest(source)
-    seed = manifest.get("seed") if seed is None else seed
-    if seed is None:
-        raise VariantError(f"{source}: the manifest records no seed; pass --seed")
+    seed = _source_seed(manifest, source) if seed is None else seed
     version = f"{manifest['version']}+{condition.name}"
-    folder = (Path(out) if out else source.parent.parent) / version / manifest["set"]
+    folder = (Path(out) if out else default_out_root(source)) / version / manifest["set"]
     cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
     renderer = ClipRenderer(bank, cache, seed)
     shards = sorted(source.glob("data/*/*.parquet"))
@@ -216,6 +215,28 @@ def _variant_manifest(
             condition.name: {"params": json.loads(params), "audio_sha256": clip.digest},
         }
     return updated
+
+
+def default_out_root(source: Path) -> Path:
+    """Where the new version folder goes without --out: beside the version folder of a
+    build (OUT/<version>/<set> -> OUT, next to the build cache), beside the folder
+    itself for a release folder without a manifest (e.g. downloaded from the Hub)."""
+    source = Path(source).resolve()
+    return source.parent.parent if (source / MANIFEST).is_file() else source.parent
+
+
+def _source_seed(manifest: dict, source: Path) -> int:
+    """The manifest's seed; without one, the seed of the declared version the rows were
+    built by (a local `+condition` suffix does not change it)."""
+    if manifest.get("seed") is not None:
+        return manifest["seed"]
+    base = manifest["version"].split("+", 1)[0]
+    if base not in VERSIONS:
+        raise VariantError(
+            f"{source}: no manifest records the seed, and version {manifest['version']!r} of "
+            f"the rows is not declared by this builder ({', '.join(VERSIONS)}); pass --seed"
+        )
+    return VERSIONS[base].config.seed
 
 
 def _is_shared(condition: NoiseCondition) -> bool:

@@ -14,9 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from redvox.schemas import LANGUAGES, SAMPLE_RATE, ItemSelection, NoiseCondition
+
+# Condition kinds that mix the recording itself: their rows are spoken requests, as
+# long as the recording; every other kind renders a clip of the version's clip_s.
+MIXES_SPEECH = frozenset({"speech_ambient"})
 
 
 class VadParams(BaseModel):
@@ -65,6 +69,24 @@ class BuildConfig(BaseModel):
     representativeness: RepresentativenessThresholds = Field(
         default_factory=RepresentativenessThresholds
     )
+
+    @model_validator(mode="after")
+    def _applied(self) -> BuildConfig:
+        """sample_rate and clip_s are what the builder writes, not wishes: refuse a
+        config that asks for something else, rather than build something else."""
+        if self.sample_rate != SAMPLE_RATE:
+            raise ValueError(
+                f"sample_rate {self.sample_rate}: this builder writes 16 kHz only "
+                f"(sample_rate: {SAMPLE_RATE})"
+            )
+        for condition in self.conditions:
+            if condition.kind not in MIXES_SPEECH and condition.duration_s != self.clip_s:
+                raise ValueError(
+                    f"condition {condition.name!r} ({condition.kind}) renders "
+                    f"{condition.duration_s} s clips but clip_s is {self.clip_s}; set its "
+                    f"duration_s to {self.clip_s} or change clip_s"
+                )
+        return self
 
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of this config: what `versions.lock.json` pins."""

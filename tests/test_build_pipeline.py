@@ -3,6 +3,7 @@ deliberate faults in quarantine, consent honoured, deterministic and incremental
 
 from __future__ import annotations
 
+import csv
 import hashlib
 import io
 import json
@@ -11,6 +12,7 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
@@ -338,3 +340,93 @@ def test_a_version_that_pins_its_items_builds_only_those(built, tmp_path):
     build_version(version, CONFIG, options)
     originals = {(r["source"], r["original_id"]) for r in rows_of(tmp_path / "9.0.0" / "full")}
     assert originals == {("shades", "1.0"), ("m-alert", "90011")}
+
+
+def test_public_reports_name_no_key_file_or_path_even_inside_a_file_name(
+    built, tmp_path, monkeypatch
+):
+    """A file named after its participant (`demo-p11_take1.flac`) that is missing must
+    not reach the public quarantine: neither the key nor the file name nor a path."""
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    corpus = tmp_path / "demo"
+    shutil.copytree(DEMO_CONFIG.parent, corpus, ignore=shutil.ignore_patterns("__pycache__"))
+    table = corpus / "contributions.csv"
+    table.write_text(
+        table.read_text().replace("demo-p11/fr_shades_2.0.flac", "demo-p11/demo-p11_take1.flac")
+    )
+    config = InputConfig.load(corpus / "config.yaml")
+    options = BuildOptions(
+        out=tmp_path / "out", cache_dir=built[0] / ".cache", progress=False, sets=("public",)
+    )
+    build_version(VERSIONS["1.0.0"], config, options)
+    folder = tmp_path / "out" / "1.0.0" / "public"
+    contributions = list(csv.DictReader(table.open(encoding="utf-8")))
+    keys = {r["participant_key"] for r in contributions}
+    keys |= {r["participant_key"] for r in csv.DictReader((corpus / "consent.csv").open())}
+    names = {r["audio_file"] for r in contributions} | {
+        Path(r["audio_file"]).name for r in contributions
+    }
+    for report in ("quarantine.jsonl", "consent_audit.json", "manifest.json"):
+        text = (folder / report).read_text(encoding="utf-8")
+        assert not [k for k in keys if k in text], report
+        assert not [n for n in names if n in text], report
+        for path in (tmp_path, DEMO_CONFIG.parent, Path.home()):
+            assert str(path) not in text, report
+    missing = find(quarantine_of(folder), field="audio_file", user_id=uid("demo-p11"))
+    assert missing[0]["reason"].startswith("'<audio file>' not found under <audio_root>")
+
+
+def test_public_report_replaces_keys_longest_first_wherever_they_appear():
+    from redvox.builder.manifest import QuarantineRecord
+
+    record = QuarantineRecord(
+        stage="join",
+        reason="'p11/p11_take1.flac' not found under /data/audio; p1 and p11_x differ",
+        participant_key="p11",
+        audio_file="p11/p11_take1.flac",
+        file="p11_notes.csv",
+    )
+    line = record.report({"p1": "u1", "p11": "u11"}, public=True, withheld={"p1"})
+    assert line["reason"] == "'<audio file>' not found under <path>; a participant and u11_x differ"
+    assert (line["user_id"], line["file"]) == ("u11", "u11_notes.csv")
+    assert "participant_key" not in line and "audio_file" not in line
+
+
+def downloaded_release(built, folder: Path) -> Path:
+    """What `hf download` of the public set gives: data/<lang>/*.parquet, no manifest."""
+    shutil.copytree(built[0] / "1.0.0" / "public" / "data", folder / "data")
+    return folder
+
+
+def test_variants_add_on_a_downloaded_folder_writes_beside_it_with_the_versions_seed(
+    built, tmp_path
+):
+    from click.testing import CliRunner
+
+    from redvox.builder.cli import main
+
+    release = downloaded_release(built, tmp_path / "downloads" / "RedVox")
+    condition = tmp_path / "noise_s.yaml"
+    condition.write_text(
+        "name: noise_s\nkind: ambient\nsampling: shared\nparams: {level_dbfs: [-30.0, -30.0]}\n"
+    )
+    result = CliRunner().invoke(main, ["variants", "add", str(condition), "--from", str(release)])
+    assert result.exit_code == 0, result.output
+    folder = tmp_path / "downloads" / "1.0.0+noise_s" / "RedVox"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["seed"] == VERSIONS["1.0.0"].config.seed
+    assert {r["audio_type"] for r in rows_of(folder)} >= {"speech", "noise_s"}
+
+
+def test_variants_add_asks_for_a_seed_when_the_rows_version_is_not_declared(built, tmp_path):
+    from redvox.builder.variants import VariantError, add_condition
+
+    release = downloaded_release(built, tmp_path / "RedVox")
+    for shard in release.glob("data/*/*.parquet"):
+        table = pq.read_table(shard)
+        column = table.schema.get_field_index("builder_version")
+        old = pa.array(["0.9.0+noise_x"] * len(table), pa.string())
+        pq.write_table(table.set_column(column, "builder_version", old), shard)
+    condition = VERSIONS["1.0.0"].config.condition("silence").model_copy(update={"name": "n"})
+    with pytest.raises(VariantError, match=r"'0\.9\.0\+noise_x'.*not declared.*pass --seed"):
+        add_condition(condition, release, tmp_path / "out", bank(), progress=False)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError
 
 from redvox.builder import versions
 from redvox.builder.versions import (
     VERSIONS,
+    BuildConfig,
     bump_between,
     bump_is_enough,
     get_version,
@@ -125,3 +127,26 @@ def test_unknown_version_lists_the_declared_ones():
     with pytest.raises(KeyError, match="1.0.0, 1.1.0"):
         get_version("9.9.9")
     assert get_version("v1.0.0") is VERSIONS["1.0.0"]
+
+
+def declare(**changes) -> BuildConfig:
+    """A config built the way `VERSIONS` declares one, so validation runs."""
+    return BuildConfig(
+        **{**BASE.model_dump(exclude={"conditions"}), "conditions": BASE.conditions, **changes}
+    )
+
+
+def test_a_config_asking_for_another_sample_rate_is_refused():
+    with pytest.raises(ValidationError, match="this builder writes 16 kHz only"):
+        declare(sample_rate=22_050)
+
+
+def test_a_clip_condition_must_last_clip_s():
+    longer = NoiseCondition(name="noise_long", kind="ambient", duration_s=8.0)
+    with pytest.raises(ValidationError, match="'noise_long'.*8.0 s clips but clip_s is 6.0"):
+        declare(conditions=(*BASE.conditions, longer))
+    with pytest.raises(ValidationError, match="'silence'"):
+        declare(clip_s=4.0)
+    # a condition mixed onto the recording lasts as long as the recording
+    mixed = NoiseCondition(name="speech_noise_x", kind="speech_ambient", duration_s=3.0)
+    assert declare(conditions=(*BASE.conditions, mixed)).clip_s == 6.0

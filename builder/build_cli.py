@@ -11,7 +11,7 @@ from tabulate import tabulate
 from redvox.schemas import DEMO_CONFIG, ConfigError, InputConfig
 from redvox.sources.cli import config_option, load_config
 
-from .versions import VERSIONS, get_version
+from .versions import MIXES_SPEECH, VERSIONS, get_version
 
 
 def _default_workers() -> int:
@@ -174,5 +174,5 @@ def add(
     if report.skipped:
         click.echo(
             f"{report.skipped} contributions got no {condition.name} row: they have no "
-            f"{'speech' if condition.kind == 'speech_ambient' else 'text'} row to derive it from"
+            f"{'speech' if condition.kind in MIXES_SPEECH else 'text'} row to derive it from"
         )

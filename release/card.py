@@ -18,8 +18,8 @@ from typing import Any
 import yaml
 from tabulate import tabulate
 
-from redvox.builder.versions import DatasetVersion
-from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, column_dtypes
+from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
+from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
@@ -344,7 +344,7 @@ def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> 
     for cond in version.config.conditions:
         ranges = ", ".join(f"{k} {v}" for k, v in cond.params.items()) or "no parameters"
         lines.append(
-            f"- **{cond.name}** ({cond.kind}, {cond.sampling} clip, {cond.duration_s:g} s): "
+            f"- **{cond.name}** ({cond.kind}, {_audio_of(cond)}): "
             f"{cond.description}. Ranges: {ranges}."
         )
         params = drawn.get(cond.name)
@@ -355,6 +355,14 @@ def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> 
         "`condition_params`, so any clip can be audited or re-rendered."
     )
     return "\n".join(lines)
+
+
+def _audio_of(condition: NoiseCondition) -> str:
+    """What a condition's rows hold: a clip of `duration_s`, or, for a kind that mixes
+    the speech, the recording itself (its `duration_s` does not apply)."""
+    if condition.kind in MIXES_SPEECH:
+        return f"{condition.sampling}: the recording itself, mixed (same length as the recording)"
+    return f"{condition.sampling} clip, {condition.duration_s:g} s"
 
 
 def _compact_json(value: Any) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import click
 
+from redvox.builder.build_cli import _default_workers
 from redvox.schemas import InputConfig
 from redvox.sources.cli import config_option, load_config
 
@@ -67,7 +68,15 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
         from .judged import compare_judged_files
 
         judged = compare_judged_files(judged_public, judged_full, thresholds)
-    report = rep.assess(manifest["version"], public, full, thresholds, judged, override)
+    report = rep.assess(
+        manifest["version"],
+        public,
+        full,
+        thresholds,
+        judged,
+        override,
+        manifests=rep.manifest_hashes(version_dir),
+    )
     json_path, md_path = rep.write_report(report, version_dir)
     verdict = "passed" if report["passed"] else "FAILED"
     if not report["passed"] and report["override"]:
@@ -98,9 +107,15 @@ def _stage_and_verify(
 ):
     from redvox.builder.manifest import read_manifest
 
-    from .stage import stage_release
+    from .representativeness import GateError
+    from .stage import StageError, stage_release
 
-    footprint = stage_release(version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic)
+    try:
+        footprint = stage_release(
+            version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic
+        )
+    except (StageError, GateError) as exc:
+        _fail(str(exc))
     click.echo(f"staged {staged}")
     click.echo(
         f"  audio: {footprint.rows} rows would carry {footprint.row_audio_bytes} bytes of audio "
@@ -239,7 +254,11 @@ def withdraw(
     help="release despite a failed representativeness check",
 )
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")  # fmt: skip
-def run(version, config_path, out: Path, repo_id, public: bool, override_gate, timeout) -> None:
+@click.option("--workers", type=click.IntRange(min=1), default=_default_workers,
+              show_default="min(4, CPUs)", help="decoding processes, as in `redvox build`")  # fmt: skip
+def run(
+    version, config_path, out: Path, repo_id, public: bool, override_gate, timeout, workers: int
+) -> None:
     """build -> representativeness -> stage -> verify -> push (dry run without token or repo id)."""
     from redvox.builder.build_cli import summary
     from redvox.builder.pipeline import BuildOptions, build_version
@@ -250,7 +269,7 @@ def run(version, config_path, out: Path, repo_id, public: bool, override_gate, t
     declared = get_version(version)
     config = load_config(config_path)
     click.echo(f"== build {declared.tag} into {out}")
-    click.echo(summary(build_version(declared, config, BuildOptions(out=out))))
+    click.echo(summary(build_version(declared, config, BuildOptions(out=out, workers=workers))))
     version_dir = out / declared.version
     click.echo("== representativeness")
     report = _represent(version_dir, None, None, override_gate)

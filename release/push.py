@@ -1,9 +1,10 @@
 """Publish a verified staged folder: private repo -> one commit -> gating -> public -> tag.
 
 Order matters: the data is never public before it is gated, and the version
-tag comes last, so a tag on the Hub means every earlier step finished. Each
-step is retried on server errors and timeouts; a step that keeps failing
-stops the push with a message naming it, and rerunning the same command
+tag comes last, so a tag on the Hub means every earlier step finished. A repo
+that already exists and is public is therefore gated before the commit, not
+after it. Each step is retried on server errors and timeouts; a step that
+keeps failing stops the push with a message naming it, and rerunning the same command
 finishes the job: an unchanged folder makes no new commit (the Hub reports
 every file as already there) and a tag already on our commit counts as done.
 
@@ -58,13 +59,22 @@ class PushPlan:
 
     def steps(self) -> list[str]:
         """The Hub calls, in the order `push` makes them."""
-        steps = [
-            f"create dataset repo {self.repo_id} as private (kept as it is if it exists)",
+        gated = self.dataset_set == "public"
+        steps = [f"create dataset repo {self.repo_id} as private (kept as it is if it exists)"]
+        if gated:
+            steps.append(
+                f"if {self.repo_id} already exists and is public: set gated access to manual "
+                "now, before the upload, so its data is never public and ungated"
+            )
+        steps.append(
             f'upload {len(self.files)} files in one commit "{self.commit_message}" '
-            "(files already identical on the Hub are skipped; stale ones deleted)",
-        ]
-        if self.dataset_set == "public":
-            steps.append("set gated access to manual (the access form is in README.md)")
+            "(files already identical on the Hub are skipped; stale ones deleted)"
+        )
+        if gated:
+            steps.append(
+                "set gated access to manual (the access form is in README.md), "
+                "unless done before the upload"
+            )
         if self.public:
             steps.append("make the repo public")
         steps.append(f"tag the commit {self.tag}")
@@ -206,14 +216,16 @@ class Publisher:
         else:
             self.echo(f"create {plan.repo_id} (private)")
             self.step("create repo", self._create)
-        self._refuse_public_full_set()
+        info = self.step("read repo", lambda: api.dataset_info(plan.repo_id))
+        self._refuse_public_full_set(info.private)
+        # A repo that is already public would show the new files ungated until the
+        # gate step: gate it first.
+        gate_first = plan.dataset_set == "public" and not info.private
+        if gate_first:
+            self._gate("set gating: manual (the repo is already public: before the commit)")
         commit = tagged or self._commit(local)
-        if plan.dataset_set == "public":
-            self.echo("set gating: manual")
-            self.step(
-                "gate",
-                lambda: api.update_repo_settings(plan.repo_id, gated="manual", repo_type="dataset"),
-            )
+        if plan.dataset_set == "public" and not gate_first:
+            self._gate("set gating: manual")
         if plan.public:
             self.echo("make public")
             self.step(
@@ -235,14 +247,20 @@ class Publisher:
     def _create(self) -> None:
         self.api.create_repo(self.plan.repo_id, repo_type="dataset", private=True, exist_ok=True)
 
-    def _refuse_public_full_set(self) -> None:
-        if self.plan.dataset_set != "full":
-            return
-        info = self.step("read repo", lambda: self.api.dataset_info(self.plan.repo_id))
-        if not info.private:
+    def _refuse_public_full_set(self, private: bool) -> None:
+        if self.plan.dataset_set == "full" and not private:
             raise PushError(
                 f"{self.plan.repo_id} is public: the full set may only go to a private repo"
             )
+
+    def _gate(self, message: str) -> None:
+        self.echo(message)
+        self.step(
+            "gate",
+            lambda: self.api.update_repo_settings(
+                self.plan.repo_id, gated="manual", repo_type="dataset"
+            ),
+        )
 
     def _commit(self, local: dict[str, tuple[str, str]]) -> str:
         plan, api = self.plan, self.api

@@ -16,8 +16,10 @@ calibrated on; rho against `min_spearman_rho` and its p against
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 from tabulate import tabulate
 
+from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
 
 from .statistics import ChiSquare, chi_square, counts_of
@@ -48,6 +51,7 @@ METHOD = (
 )
 REPORT_JSON = "representativeness.json"
 REPORT_MD = "representativeness.md"
+SETS = ("public", "full")
 
 
 class GateError(RuntimeError):
@@ -118,11 +122,13 @@ def assess(
     thresholds: RepresentativenessThresholds,
     judged: dict[str, Any] | None = None,
     override: str | None = None,
+    manifests: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The whole report as plain data: comparisons, checks, verdict, override.
 
     `judged` is the output of `judged.compare_judgements` (its checks are
-    added to the gate).
+    added to the gate); `manifests` is `manifest_hashes` of the build compared,
+    which staging checks against the build it stages.
     """
     rest = withheld(public, full)
     by_full = compare_composition(public, full, "full")
@@ -135,6 +141,7 @@ def assess(
         raise ValueError("an override needs a written reason; it goes into the dataset card")
     return {
         "version": version,
+        "manifests": dict(manifests) if manifests is not None else None,
         "method": METHOD,
         "gate_comparison": GATE_COMPARISON,
         "thresholds": thresholds.model_dump(),
@@ -154,6 +161,19 @@ def assess(
         "passed": passed,
         "override": override.strip() if override else None,
     }
+
+
+def manifest_hashes(version_dir: Path) -> dict[str, str]:
+    """sha256 of the public and full `manifest.json` of OUT/<version>: which build a
+    report describes (a rebuild after a consent change keeps the version but not these)."""
+    return {
+        s: hashlib.sha256((Path(version_dir) / s / MANIFEST).read_bytes()).hexdigest() for s in SETS
+    }
+
+
+def describes_build(report: Mapping[str, Any], version_dir: Path) -> bool:
+    """Whether `report` was computed on the build now in `version_dir`."""
+    return report.get("manifests") == manifest_hashes(version_dir)
 
 
 def releasable(report: dict[str, Any]) -> bool:

@@ -40,7 +40,14 @@ from .card import (
     release_notes,
     render_card,
 )
-from .representativeness import GateError, failed_checks, read_report, releasable
+from .representativeness import (
+    REPORT_JSON,
+    GateError,
+    describes_build,
+    failed_checks,
+    read_report,
+    releasable,
+)
 
 EVALUATOR = Path(__file__).resolve().parent / "evaluation"
 LOADING_SCRIPT = "loading_script/redvox.py"
@@ -194,8 +201,9 @@ def stage_release(
 ) -> AudioFootprint:
     """Write the staged repo for `version_dir/<set>` into `out`; returns the audio footprint.
 
-    A public set needs a representativeness report in `version_dir` that passed
-    or was overridden with a reason. `version` defaults to the declared version
+    A public set needs a representativeness report in `version_dir`, computed on
+    this very build (the hashes of its manifests), that passed or was overridden
+    with a reason. `version` defaults to the declared version
     named by the manifest (pass it for a version not declared yet, e.g. a withdrawal);
     `synthetic` (the input config's flag) says so in the card.
     """
@@ -206,6 +214,14 @@ def stage_release(
     report = None
     if dataset_set == "public":
         report = read_report(version_dir)
+        if not describes_build(report, version_dir):
+            # The version folder was rebuilt (e.g. after a consent change) since the
+            # report: its figures would contradict the card's counts.
+            raise StageError(
+                f"{version_dir / REPORT_JSON}: representativeness report is for another build "
+                f"of {manifest['version']}; run `redvox release represent` again "
+                f"(on {version_dir})"
+            )
         if not releasable(report):
             names = ", ".join(c["name"] for c in failed_checks(report))
             raise GateError(

@@ -96,6 +96,24 @@ def test_without_public_the_repo_stays_private_and_gated(hub, demo_release):
     assert hub.state.repos[REPO].private
 
 
+def test_an_existing_public_repo_is_gated_before_the_commit(hub, demo_release):
+    api(hub).create_repo(REPO, repo_type="dataset", private=False)  # public, not gated
+    hub.state.calls.clear()
+    commit = push(hub, demo_release["staged"])
+    # Gating after the commit would leave the data public and ungated in between.
+    assert writes(hub) == ["create:private", "gated:manual", "commit", "visibility:public", "tag"]
+    repo = hub.state.repos[REPO]
+    assert (repo.private, repo.gated, repo.tags) == (False, "manual", {"v1.0.0": commit})
+
+
+def test_the_plan_says_an_existing_public_repo_is_gated_before_the_commit(demo_release):
+    steps = plan_push(demo_release["staged"], REPO, True).steps()
+    upload = next(i for i, s in enumerate(steps) if s.startswith("upload"))
+    early = [s for s in steps[:upload] if "gated" in s]
+    assert len(early) == 1 and "already exists and is public" in early[0]
+    assert any("gated" in s for s in steps[upload + 1 :])  # the normal case: after the commit
+
+
 def test_a_500_on_commit_is_retried_and_commits_once(hub, demo_release):
     hub.state.fail("commit", "500")
     push(hub, demo_release["staged"])

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 
 import datasets
 import pytest
+from click.testing import CliRunner
 
+from redvox.builder.cli import main
 from redvox.builder.versions import get_version
 from redvox.release.card import AGREEMENTS, INTENDED_USES, read_card
 from redvox.release.stage import (
@@ -20,7 +23,7 @@ from redvox.release.stage import (
     stage_release,
     staged_files,
 )
-from redvox.schemas import COLUMNS
+from redvox.schemas import COLUMNS, DEMO_CONFIG
 
 
 @pytest.fixture(scope="module")
@@ -150,13 +153,14 @@ def test_run_ends_with_the_dry_run_listing(demo_release):
     assert "DRY RUN (no token (HF_TOKEN) and no repo id (REPO_ID)): nothing was pushed." in output
     assert "https://huggingface.co/datasets/FBK-MT/RedVox" in output
     assert "data/en/test-00000-of-00001.parquet" in output and "total" in output
-    steps = output[output.index("Calls, in order:") :]
-    assert (
-        steps.index("private")
-        < steps.index("one commit")
-        < steps.index("gated")
-        < steps.index("tag")
-    )
+    steps = output[output.index("Calls, in order:") :].splitlines()[1:]
+
+    def step(text: str) -> int:
+        return next(i for i, line in enumerate(steps) if text in line)
+
+    assert step("private") < step("one commit") < step("(the access form") < step("tag")
+    # an existing public repo is gated first, so its data is never public and ungated
+    assert step("already exists and is public: set gated access") < step("one commit")
 
 
 def test_the_staged_evaluator_runs_on_its_own(demo_release, tmp_path):
@@ -177,3 +181,66 @@ def test_huggingface_hub_reads_the_card_metadata(demo_release):
     card = DatasetCard.load(demo_release["staged"] / "README.md")
     assert card.data.license == "other" and card.data.pretty_name == "RedVox"
     assert [c["config_name"] for c in card.data.configs][:2] == ["all", "en"]
+
+
+def test_stage_refuses_a_representativeness_report_of_an_earlier_build(demo_release, tmp_path):
+    # represent, then change the consent registry and rebuild: the report no longer
+    # describes these shards, and staging it would print two different row counts.
+    corpus = tmp_path / "demo"
+    shutil.copytree(DEMO_CONFIG.parent, corpus, ignore=shutil.ignore_patterns("__pycache__"))
+    config, out = corpus / "config.yaml", tmp_path / "out"
+    runner = CliRunner(env={"HF_TOKEN": None})
+
+    def redvox(*args: str):
+        return runner.invoke(main, [str(a) for a in args])
+
+    build = ("build", "--version", "1.0.0", "--config", config, "--out", out, "--workers", "1",
+             "--cache", demo_release["out"] / ".cache")  # fmt: skip
+    version_dir = out / "1.0.0"
+    assert redvox(*build).exit_code == 0
+    assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
+    consent = corpus / "consent.csv"
+    consent.write_text(consent.read_text().replace("demo-p02,yes,yes", "demo-p02,yes,no"))
+    assert redvox(*build).exit_code == 0
+
+    staged = tmp_path / "staged"
+    result = redvox("release", "stage", version_dir, "--out", staged, "--config", config)
+    assert result.exit_code != 0 and not staged.exists()
+    assert (
+        "representativeness report is for another build of 1.0.0; "
+        "run `redvox release represent` again" in result.output
+    )
+    assert "Traceback" not in result.output
+
+    assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
+    stage_release(version_dir, "FBK-MT/RedVox", staged)
+    meta, body = read_card(staged)
+    counts = meta["redvox"]["counts"]
+    rows = sum(
+        n for per_lang in counts.values() for per_a in per_lang.values() for n in per_a.values()
+    )
+    assert f"The public set ({rows} rows" in body  # one row count, the build's
+
+
+@pytest.fixture(scope="module")
+def staged_v1_1(demo_release, tmp_path_factory):
+    """The demo corpus built, represented and staged as 1.1.0 (adds speech_noise_a)."""
+    out = tmp_path_factory.mktemp("v1.1") / "out"
+    runner = CliRunner(env={"HF_TOKEN": None})
+    build = ["build", "--version", "1.1.0", "--out", str(out), "--workers", "1",
+             "--cache", str(demo_release["out"] / ".cache")]  # fmt: skip
+    assert runner.invoke(main, build).exit_code == 0
+    represent = ["release", "represent", str(out / "1.1.0"), "--override-gate", "demo"]
+    assert runner.invoke(main, represent).exit_code == 0
+    stage_release(out / "1.1.0", "FBK-MT/RedVox", out / "1.1.0" / "staged", synthetic=True)
+    return out / "1.1.0" / "staged"
+
+
+def test_card_says_speech_ambient_rows_are_as_long_as_the_recording(staged_v1_1):
+    _, body = read_card(staged_v1_1)
+    conditions = body[body.index("## Audio conditions") :]
+    line = next(x for x in conditions.splitlines() if x.startswith("- **speech_noise_a**"))
+    assert "the recording itself, mixed (same length as the recording)" in line
+    assert "6 s" not in line and "clip" not in line.split(":")[0]
+    noise_a = next(x for x in conditions.splitlines() if x.startswith("- **noise_a**"))
+    assert "shared clip, 6 s" in noise_a  # clip conditions keep their length

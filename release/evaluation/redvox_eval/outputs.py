@@ -88,7 +88,7 @@ def is_text_only(path: Path, root: Path) -> bool:
     """Whether PATH, found under ROOT (the folder or file the user named), is a text-only run.
 
     Only folders below ROOT count, and for a named file the folders as the user wrote them:
-    a `text-only` folder higher up the absolute path (/tmp/text-only/proj/outputs) says
+    a `text-only` folder higher up the absolute path (e.g. a project kept under one) says
     nothing about the run.
     """
     where = path.parent if root == path else path.relative_to(root).parent

@@ -50,7 +50,9 @@ def demo_speech() -> list[np.ndarray]:
         except AudioDecodeError:
             continue  # the demo's deliberately broken files have no samples to compare
     pause = np.zeros(RATE, np.float32)
-    pairs = [np.concatenate([a, pause, b]) for a, b in zip(recordings[:4], recordings[4:8])]
+    pairs = [
+        np.concatenate([a, pause, b]) for a, b in zip(recordings[:4], recordings[4:8], strict=True)
+    ]
     return recordings + pairs
 
 

@@ -24,6 +24,7 @@ import soxr
 
 from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio
 from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
+from redvox.sources.contributions import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
 SPEAKERS = {"en": 18, "de": 10, "it": 9, "fr": 8, "es": 8}
 SHADES_ITEMS = 181
@@ -196,20 +197,7 @@ def make_corpus(root: Path, *, scale: float = 1.0, seed: int = 0) -> Path:
         )
     with (root / "contributions.csv").open("w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
-        writer.writerow(
-            [
-                "participant_key",
-                "source",
-                "item_id",
-                "lang",
-                "audio_file",
-                "spoken_text",
-                "speech_followup",
-                "audio_request_text",
-                "discomfort",
-                "transcript",
-            ]
-        )
+        writer.writerow([*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS])
         writer.writerows(rows)
     (root / "pseudonym.key").write_text("bench-only key\n")
     config = {

@@ -14,8 +14,17 @@ from redvox.sources.cli import config_option, load_config
 from .versions import MIXES_SPEECH, VERSIONS, get_version
 
 
-def _default_workers() -> int:
+def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
+
+
+workers_option = click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=default_workers,
+    show_default="min(4, CPUs)",
+    help="decoding processes (1: in this process)",
+)
 
 
 def _versions_table() -> str:
@@ -32,13 +41,7 @@ def _versions_table() -> str:
     default=Path("out"),
     show_default=True,
 )
-@click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=_default_workers,
-    show_default="min(4, CPUs)",
-    help="decoding processes (1: in this process)",
-)
+@workers_option
 @click.option(
     "--cache",
     "cache_dir",

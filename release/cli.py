@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from redvox.builder.build_cli import _default_workers
+from redvox.builder.build_cli import workers_option
 from redvox.schemas import InputConfig
 from redvox.sources.cli import config_option, load_config
 
@@ -221,8 +221,9 @@ def _push(
 @click.option("--date", "withdrawal_date", default=None, help="YYYY-MM-DD (default: today)")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="build cache folder (default: OUT/.cache)")  # fmt: skip
+@workers_option
 def withdraw(
-    participant_key: str, config_path, out: Path, repo_id, withdrawal_date, cache_dir
+    participant_key: str, config_path, out: Path, repo_id, withdrawal_date, cache_dir, workers: int
 ) -> None:
     """Record PARTICIPANT_KEY's withdrawal, build the next MAJOR version without them,
     and report which built or published versions hold them."""
@@ -230,7 +231,14 @@ def withdraw(
 
     try:
         withdraw_participant(
-            participant_key, config_path, out, repo_id, withdrawal_date, click.echo, cache_dir
+            participant_key,
+            config_path,
+            out,
+            repo_id,
+            withdrawal_date,
+            click.echo,
+            cache_dir,
+            workers,
         )
     except WithdrawalError as exc:
         _fail(str(exc))
@@ -254,8 +262,7 @@ def withdraw(
     help="release despite a failed representativeness check",
 )
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")  # fmt: skip
-@click.option("--workers", type=click.IntRange(min=1), default=_default_workers,
-              show_default="min(4, CPUs)", help="decoding processes, as in `redvox build`")  # fmt: skip
+@workers_option
 def run(
     version, config_path, out: Path, repo_id, public: bool, override_gate, timeout, workers: int
 ) -> None:

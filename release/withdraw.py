@@ -175,6 +175,7 @@ def withdraw_participant(
     withdrawal_date: str | None,
     echo: Callable[[str], None],
     cache_dir: Path | None = None,
+    workers: int = 1,
 ) -> DatasetVersion:
     from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
@@ -196,7 +197,7 @@ def withdraw_participant(
     build_version(
         new,
         InputConfig.load(config_file),
-        BuildOptions(out=Path(out), cache_dir=cache_dir, progress=False),
+        BuildOptions(out=Path(out), cache_dir=cache_dir, workers=workers, progress=False),
     )
 
     user_id = pseudonymize(load_pseudonym_key(config.pseudonym_key_file), participant_key)

@@ -18,6 +18,13 @@ def default_workers() -> int:
     return max(1, min(4, os.cpu_count() or 1))
 
 
+out_option = click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("out"),
+    show_default=True,
+    help="build root: OUT/<version>/",
+)
 workers_option = click.option(
     "--workers",
     type=click.IntRange(min=1),
@@ -35,12 +42,7 @@ def _versions_table() -> str:
 @click.command()
 @click.option("--version", "version_name", metavar="V", help="dataset version (default: latest)")
 @config_option
-@click.option(
-    "--out",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("out"),
-    show_default=True,
-)
+@out_option
 @workers_option
 @click.option(
     "--cache",

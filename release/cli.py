@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from redvox.builder.build_cli import workers_option
+from redvox.builder.build_cli import out_option, workers_option
 from redvox.schemas import InputConfig
 from redvox.sources.cli import config_option, load_config
 
@@ -210,13 +210,7 @@ def _push(
     required=True,
     help="input config whose consent registry gets the withdrawal",
 )
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("out"),
-    show_default=True,
-    help="build root: OUT/<version>/",
-)
+@out_option
 @click.option("--repo-id", default=None, help="also list the Hub tags that hold the participant")
 @click.option("--date", "withdrawal_date", default=None, help="YYYY-MM-DD (default: today)")
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
@@ -247,12 +241,7 @@ def withdraw(
 @release.command()
 @click.option("--version", "version", default=None, help="declared version (default: latest)")
 @config_option
-@click.option(
-    "--out",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=Path("out"),
-    show_default=True,
-)
+@out_option
 @click.option("--repo-id", default=None, help="push target; without it (or a token): dry run")
 @click.option("--public", is_flag=True, help="make the repo public after gating it")
 @click.option(

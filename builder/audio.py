@@ -22,6 +22,7 @@ import soxr
 from audioread.ffdec import FFmpegAudioFile
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.errors import UserError
 
 # |x| at or above this counts as clipped: a few codecs never reach exactly 1.0.
 CLIP_LEVEL = 0.999
@@ -46,7 +47,7 @@ class DecodedAudio:
     content_hash: str  # sha256 of the float32 samples' bytes: the VAD cache key
 
 
-class AudioDecodeError(ValueError):
+class AudioDecodeError(UserError, ValueError):
     """A recording that cannot be used; the message names the file and what is wrong."""
 
 

@@ -28,6 +28,22 @@ class LazyGroup(click.Group):
             return getattr(importlib.import_module(module), attr)
         return super().get_command(ctx, name)
 
+    def invoke(self, ctx: click.Context):
+        """The one place user errors become a message: a UserError (or an OS error a
+        user caused, such as a read-only or full output folder) prints one line and
+        exits 1; anything else is a bug and keeps its traceback."""
+        from redvox.schemas.errors import UserError, os_error_message
+
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            message = os_error_message(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="redvox")

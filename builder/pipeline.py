@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from redvox.noise import check_condition
 from redvox.schemas import ConsentState, InputConfig
+from redvox.schemas.errors import UserError
 from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
@@ -69,7 +70,7 @@ CONSENT_REASONS: dict[ConsentState, str] = {
 }
 
 
-class BuildError(RuntimeError):
+class BuildError(UserError, RuntimeError):
     """The build cannot run; the message says which input to fix."""
 
 

@@ -12,11 +12,13 @@ import hmac
 import os
 from pathlib import Path
 
+from redvox.schemas.errors import UserError
+
 KEY_ENV = "REDVOX_PSEUDONYM_KEY"
 USER_ID_HEX = 32
 
 
-class PseudonymKeyError(RuntimeError):
+class PseudonymKeyError(UserError, RuntimeError):
     """No usable pseudonym key; the message says how to provide one."""
 
 

@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from redvox.noise import SHARED_KEY, check_condition, params_json, render, sample_params
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
+from redvox.schemas.errors import UserError
 from redvox.sources.musan import NoiseBank
 
 from .audio import encode_flac
@@ -106,7 +107,7 @@ class ClipRenderer:
 # --- redvox variants add ------------------------------------------------------------
 
 
-class VariantError(ValueError):
+class VariantError(UserError, ValueError):
     """A condition that cannot be added to this build; the message says what to change."""
 
 

@@ -20,6 +20,7 @@ from tabulate import tabulate
 
 from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
+from redvox.schemas.errors import UserError
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
@@ -182,7 +183,7 @@ def render_card(metadata: Mapping[str, Any], body: str) -> str:
 _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)---\n(.*)\Z", re.DOTALL)
 
 
-class CardError(ValueError):
+class CardError(UserError, ValueError):
     """A README.md whose metadata cannot be read; the message names the file."""
 
 

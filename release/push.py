@@ -26,13 +26,15 @@ import httpx2
 from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
+from redvox.schemas.errors import UserError
+
 from .card import read_provenance
 from .stage import staged_files
 
 KEEP_REMOTE = (".gitattributes",)  # created by the Hub with the repo; never ours to delete
 
 
-class PushError(RuntimeError):
+class PushError(UserError, RuntimeError):
     """A push that stopped; the message names the step and what to do."""
 
 

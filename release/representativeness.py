@@ -30,6 +30,7 @@ from tabulate import tabulate
 
 from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
+from redvox.schemas.errors import UserError
 
 from .statistics import ChiSquare, chi_square, counts_of
 
@@ -54,7 +55,7 @@ REPORT_MD = "representativeness.md"
 SETS = ("public", "full")
 
 
-class GateError(RuntimeError):
+class GateError(UserError, RuntimeError):
     """The public set failed a representativeness check and nobody overrode it."""
 
 

@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 from redvox.builder.manifest import read_manifest
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import LANGUAGES
+from redvox.schemas.errors import UserError
 
 from .card import (
     TEMPLATES,
@@ -60,7 +61,7 @@ _GENERATED = re.compile(
 )
 
 
-class StageError(RuntimeError):
+class StageError(UserError, RuntimeError):
     """A build that cannot be staged; the message says what to do."""
 
 

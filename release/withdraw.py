@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 
 from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
+from redvox.schemas.errors import UserError
 
 CONSENT_FIELDS = (
     "participant_key",
@@ -45,7 +46,7 @@ tag still points at the old parquet files. To make the data unreachable:
      their copies, as the terms require."""
 
 
-class WithdrawalError(RuntimeError):
+class WithdrawalError(UserError, RuntimeError):
     """The withdrawal cannot be recorded; the message names the file and the key."""
 
 

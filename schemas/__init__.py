@@ -12,6 +12,7 @@ from .entry import (
     entry_key,
     release_features,
 )
+from .errors import UserError, os_error_message
 from .records import (
     ConsentRecord,
     ConsentState,
@@ -49,7 +50,7 @@ __all__ = [
     "AGE_GROUPS", "COLUMNS", "CONTRACT_COLUMNS", "DEMO_CONFIG", "EXTRA_COLUMNS", "GENDERS",
     "LANGUAGES", "SAMPLE_RATE", "SCHEMA_RECORDS", "VULNERABILITY_TYPES", "AudioCell", "ConfigError",
     "ConsentRecord", "ConsentState", "Contribution", "Entry", "InputConfig", "ItemSelection",
-    "NoiseCondition", "Participant", "SourceItem", "VocabularyError", "column_dtypes", "entry_key",
+    "NoiseCondition", "Participant", "SourceItem", "UserError", "VocabularyError", "column_dtypes", "entry_key",
     "malert_group", "normalize_age_group", "normalize_gender", "normalize_mother_tongue",
-    "primary_language", "release_features", "resolve_consent",
+    "os_error_message", "primary_language", "release_features", "resolve_consent",
 ]  # fmt: skip

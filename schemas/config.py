@@ -11,6 +11,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from .errors import UserError
+
 
 class ItemSelection(BaseModel):
     """Either an explicit list of item keys (how a published version pins its
@@ -96,7 +98,7 @@ class InputConfig(BaseModel):
         return self.model_copy(update={**updates, "items": items})
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """An input config that cannot be used; the message names the file."""
 
 

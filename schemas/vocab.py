@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Literal, get_args
 
+from .errors import UserError
+
 Lang = Literal["en", "de", "es", "fr", "it"]
 LANGUAGES: tuple[str, ...] = get_args(Lang)
 
@@ -87,7 +89,7 @@ _LANGUAGE_NAMES: dict[str, str] = {
 _TAG = re.compile(r"^(?P<lang>[A-Za-z]{2,3})(?:[-_ ](?P<region>[A-Za-z]{2}|\d{3}))?$")
 
 
-class VocabularyError(ValueError):
+class VocabularyError(UserError, ValueError):
     """A self-declared value that cannot be mapped onto the release vocabulary."""
 
 

@@ -25,6 +25,7 @@ import soxr
 from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.errors import UserError
 
 CATEGORIES: tuple[str, ...] = ("noise", "speech", "music")
 ANNOTATIONS = "ANNOTATIONS"
@@ -38,7 +39,7 @@ CACHE_BYTES = 256 * 2**20
 PROGRESS_BYTES = 256 * 2**20
 
 
-class NoiseBankError(ValueError):
+class NoiseBankError(UserError, ValueError):
     """The noise bank cannot provide what a condition needs; the message names the bank path."""
 
 

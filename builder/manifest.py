@@ -23,7 +23,7 @@ MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
 CONSENT_AUDIT = "consent_audit.json"
 
-Stage = Literal["join", "decode", "vad", "consent"]
+Stage = Literal["join", "decode", "vad", "ownership", "consent"]
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from .manifest import (
     write_json,
     write_quarantine,
 )
+from .ownership import exclude_shared_audio
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
@@ -114,15 +115,19 @@ def build_version(
         check_condition(condition)
     joined = join_inputs(inputs, version.config.languages)
     states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
-    wanted = [
-        r for r in joined.recordings if admitted_to_any(states[r.participant_key], options.sets)
-    ]
+    wanted, others = [], []
+    for r in joined.recordings:
+        admitted = admitted_to_any(states[r.participant_key], options.sets)
+        (wanted if admitted else others).append(r)
     cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
     file_shas = [_file_sha256(p) for p in paths]
     outcomes = normalise_recordings(
         paths, file_shas, wanted, version.config.vad, cache, options.workers, options.progress
     )
+    other_paths = [Path(config.audio_root) / r.contribution.audio_file for r in others]
+    other_shas = [_file_sha256(p) for p in other_paths]
+    outcomes = exclude_shared_audio(wanted, outcomes, others, other_paths, other_shas, cache)
     renderer = ClipRenderer(bank, cache, version.config.seed)
     user_ids = _user_ids(inputs, joined.quarantine, key)
     rows, shared = expand_rows(wanted, outcomes, user_ids, version, renderer, options.progress)

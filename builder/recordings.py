@@ -25,6 +25,7 @@ from .audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
+from .ownership import fingerprint
 from .rows import AudioRef
 from .vad import BatchedSileroVad, judge_recording
 from .variants import flac_samples
@@ -35,7 +36,7 @@ from .versions import VadParams
 BATCH = 64
 VAD_BATCH = 64
 # Bumped when the normalisation changes, so cached decodes are not reused.
-DECODE_FORMAT = "decode-v1"
+DECODE_FORMAT = "decode-v2"  # v2: with the ownership fingerprint
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class SpeechOutcome:
 
     audio: AudioRef | None
     quarantine: QuarantineRecord | None
+    fingerprint: str | None = None  # of the released samples, for the ownership check
 
 
 @dataclass(frozen=True)
@@ -74,7 +76,11 @@ def _normalise_file(path: str) -> tuple[dict, bytes | None, np.ndarray | None]:
         return {"error": str(exc).removeprefix(f"{path}: ")}, None, None
     flac = encode_flac(decoded.samples)
     samples = flac_samples(flac)
-    fact = {"duration_s": len(samples) / SAMPLE_RATE, "problems": audio_problems(decoded)}
+    fact = {
+        "duration_s": len(samples) / SAMPLE_RATE,
+        "problems": audio_problems(decoded),
+        "fingerprint": fingerprint(samples).to_text(),
+    }
     return fact, flac, samples
 
 
@@ -197,4 +203,4 @@ def _outcome(rec: Recording, fact: dict, verdict: dict | None) -> SpeechOutcome:
         return refused("decode", "; ".join(fact["problems"]))
     if not verdict["valid"]:
         return refused("vad", verdict["reason"])
-    return SpeechOutcome(AudioRef(fact["blob"], "", fact["duration_s"]), None)
+    return SpeechOutcome(AudioRef(fact["blob"], "", fact["duration_s"]), None, fact["fingerprint"])

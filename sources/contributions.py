@@ -2,8 +2,11 @@
 
 A row reaches the build only when it validates, names a known item and a
 registered participant, points at an existing audio file inside the audio
-folder, and is not a second copy of a recording already read (the first
-usable copy wins). Everything else is reported with its line.
+folder (symbolic links resolved: a link that leads outside is refused), and is
+not a second copy of a recording already read (the first usable copy wins).
+One audio file belongs to one participant: when rows of two participants lead to
+the same file (same path, a link or a hard link to it), every row using it is
+refused, naming the others. Everything else is reported with its line.
 """
 
 from __future__ import annotations
@@ -46,27 +49,57 @@ def read_contributions(
         message = "audio folder not found; check audio_root in the input config"
         result.problems.append(Problem(str(audio_root), None, None, message, fatal=True))
         return result
-    first_line: dict[tuple[str, str, str], int] = {}
+    usable: list[tuple[int, Contribution, tuple[int, int]]] = []
     for row in table.records:
         contribution, problems = _contribution(row, file)
+        identity = None
         if contribution is not None:
             problems += _reference_problems(
                 contribution, row.line, file, item_keys, participant_keys
             )
-            problems += _audio_problems(contribution.audio_file, root, row.line, file)
+            identity, audio_problems = _audio_file(contribution.audio_file, root, row.line, file)
+            problems += audio_problems
         result.problems.extend(problems)
-        if contribution is None or problems:
+        if contribution is not None and not problems:
+            usable.append((row.line, contribution, identity))
+    shared = _shared_files(usable, file)
+    result.problems.extend(shared.values())
+    first_line: dict[tuple[str, str, str], int] = {}
+    for line, contribution, _ in usable:
+        if line in shared:
             continue
         if contribution.key in first_line:
             message = (
                 f"same recording (language, item, participant) as line "
                 f"{first_line[contribution.key]}; row skipped, keep one row per recording"
             )
-            result.problems.append(Problem(file, row.line, "audio_file", message))
+            result.problems.append(Problem(file, line, "audio_file", message))
             continue
-        first_line[contribution.key] = row.line
+        first_line[contribution.key] = line
         result.records.append(contribution)
     return result
+
+
+def _shared_files(
+    usable: list[tuple[int, Contribution, tuple[int, int]]], file: str
+) -> dict[int, Problem]:
+    """A problem for every row whose audio file is also used by another participant."""
+    users: dict[tuple[int, int], list[tuple[int, str]]] = {}
+    for line, contribution, identity in usable:
+        users.setdefault(identity, []).append((line, contribution.participant_key))
+    problems = {}
+    for rows in users.values():
+        if len({key for _, key in rows}) < 2:
+            continue
+        for line, key in rows:
+            others = ", ".join(str(n) for n, other in rows if other != key)
+            message = (
+                f"the same audio file is filed under another participant on line(s) {others}; "
+                "every row using it is skipped: a recording belongs to one participant, "
+                "fix the audio_file of the wrong rows"
+            )
+            problems[line] = Problem(file, line, "audio_file", message)
+    return problems
 
 
 def _contribution(row: TableRow, file: str) -> tuple[Contribution | None, list[Problem]]:
@@ -105,21 +138,36 @@ def _reference_problems(
     return problems
 
 
-def _audio_problems(audio_file: str, root: Path, line: int, file: str) -> list[Problem]:
-    """Paths are checked as written, so a `../` cannot leave the audio folder."""
-    if Path(audio_file).is_absolute() or PureWindowsPath(audio_file).is_absolute():
-        message = f"{audio_file!r} is an absolute path; row skipped, give it relative to {root}"
-        return [Problem(file, line, "audio_file", message)]
-    target = Path(os.path.normpath(root / audio_file))
-    if not target.is_relative_to(root):
-        message = (
-            f"{audio_file!r} points outside the audio folder {root}; "
-            "row skipped, give a path inside it"
+def _audio_file(
+    audio_file: str, root: Path, line: int, file: str
+) -> tuple[tuple[int, int] | None, list[Problem]]:
+    """The identity (device, inode) of the file `audio_file` leads to, or the problem.
+
+    The path is resolved (symbolic links included) before it is compared with the
+    audio folder, so neither `../` nor a link can reach a file outside it.
+    """
+
+    def problem(message: str) -> tuple[None, list[Problem]]:
+        return None, [Problem(file, line, "audio_file", message)]
+
+    if "\\" in audio_file:
+        return problem(
+            f"{audio_file!r} uses backslashes (a Windows path); row skipped, write the path "
+            "with forward slashes (rv-s02/en_1.flac), relative to the audio folder"
         )
-        return [Problem(file, line, "audio_file", message)]
+    if Path(audio_file).is_absolute() or PureWindowsPath(audio_file).is_absolute():
+        return problem(
+            f"{audio_file!r} is an absolute path; row skipped, give it relative to {root}"
+        )
+    target = (root / audio_file).resolve()
+    if not target.is_relative_to(root.resolve()):
+        return problem(
+            f"{audio_file!r} leads outside the audio folder {root} (through '..' or a "
+            "symbolic link); row skipped, give a path to a file inside it"
+        )
     if not target.is_file():
-        message = (
+        return problem(
             f"{audio_file!r} not found under {root}; row skipped, add the recording or fix the path"
         )
-        return [Problem(file, line, "audio_file", message)]
-    return []
+    stat = target.stat()
+    return (stat.st_dev, stat.st_ino), []

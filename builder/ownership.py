@@ -1,0 +1,208 @@
+"""Every released recording belongs to one participant: the same audio filed under
+two participants is excluded everywhere it is used.
+
+File identity (a path, a symlink or a hard link to one file) is checked by the
+contributions reader. This step checks content: the same audio, re-encoded to
+another format or bitrate, has different bytes but the same robust fingerprint.
+
+The fingerprint is the Haitsma-Kalker robust audio hash: per 20 ms frame, 32 bits,
+each the sign of an energy difference between adjacent frequency bands, taken
+between consecutive frames. Lossy coding, resampling and level changes flip few
+bits; different recordings (even of the same sentence by another voice) differ in
+about half of them. Only frames with speech-like energy count, so the digital
+silence between words of two unrelated recordings does not match.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from redvox.schemas import SAMPLE_RATE
+
+from .audio import AudioDecodeError, decode_audio
+from .cache import BuildCache, digest_of
+from .join import Recording, recording_quarantine
+
+if TYPE_CHECKING:
+    from .recordings import SpeechOutcome
+
+FRAME = 1024  # 64 ms at 16 kHz
+HOP = 128  # 8 ms: a copy shifted by part of a hop still lines up
+BANDS = 33  # 33 bands -> 32 bits per frame
+LOW_HZ, HIGH_HZ = 300.0, 3000.0
+# Frames this far below the loudest frame are silence and carry no bits.
+ACTIVE_DB = 40.0
+# Two recordings are the same audio when their active frames, at the best lag,
+# differ in at most this share of bits (Haitsma-Kalker: 0.35 for 3 s blocks).
+# Measured on the demo corpus: MP3, Vorbis and Opus copies, a 30 dB noise floor or
+# 69 ms of leading padding stay <= 0.14; different recordings are all >= 0.37.
+MAX_BIT_ERROR = 0.25
+MAX_LAG = 25  # frames (200 ms): encoder delay and padding of a converted copy
+MIN_OVERLAP = 60  # active frames (0.5 s) both sides must share to compare at all
+# Sub-fingerprints found in this many recordings say nothing (silence-like frames).
+COMMON = 64
+
+FINGERPRINT_FORMAT = "hk-v1"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    bits: np.ndarray  # uint32 per frame
+    active: np.ndarray  # bool per frame
+
+    def to_text(self) -> str:
+        """Compact text for the decode cache: the words, then one bit per frame."""
+        data = self.bits.astype("<u4").tobytes() + np.packbits(self.active).tobytes()
+        return base64.b64encode(data).decode("ascii")
+
+    @classmethod
+    def from_text(cls, text: str) -> Fingerprint:
+        data = base64.b64decode(text)
+        count = (8 * len(data)) // 33  # 32 bits of word + 1 bit of activity per frame
+        while 4 * count + (count + 7) // 8 > len(data):
+            count -= 1
+        bits = np.frombuffer(data[: 4 * count], dtype="<u4").astype(np.uint32)
+        active = np.unpackbits(np.frombuffer(data[4 * count :], np.uint8))[:count].astype(bool)
+        return cls(bits, active)
+
+
+def _band_edges() -> np.ndarray:
+    """FFT bin index of each band edge, log-spaced between LOW_HZ and HIGH_HZ."""
+    hz = np.geomspace(LOW_HZ, HIGH_HZ, BANDS + 1)
+    return np.round(hz / SAMPLE_RATE * FRAME).astype(int)
+
+
+def fingerprint(samples: np.ndarray) -> Fingerprint:
+    """The robust hash of mono 16 kHz float samples."""
+    samples = np.asarray(samples, dtype=np.float32)
+    if len(samples) < FRAME + HOP:
+        return Fingerprint(np.zeros(0, np.uint32), np.zeros(0, bool))
+    count = 1 + (len(samples) - FRAME) // HOP
+    frames = np.lib.stride_tricks.as_strided(
+        samples, shape=(count, FRAME), strides=(samples.strides[0] * HOP, samples.strides[0])
+    )
+    power = np.abs(np.fft.rfft(frames * np.hanning(FRAME).astype(np.float32), axis=1)) ** 2
+    edges = _band_edges()
+    energy = np.add.reduceat(power, edges[:-1], axis=1)[:, :BANDS]
+    band_diff = energy[:, :-1] - energy[:, 1:]  # (frames, 32)
+    bits = (band_diff[1:] - band_diff[:-1]) > 0
+    weights = (1 << np.arange(32, dtype=np.uint64)).astype(np.uint64)
+    words = (bits.astype(np.uint64) * weights).sum(axis=1).astype(np.uint32)
+    level = 10 * np.log10(energy.sum(axis=1) + 1e-12)
+    active = (level > level.max() - ACTIVE_DB)[1:] & (level[1:] > -100.0)
+    return Fingerprint(words, active)
+
+
+_POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
+
+
+def bit_error(a: Fingerprint, b: Fingerprint) -> float:
+    """The smallest share of differing bits over frames active in both, across lags."""
+    best = 1.0
+    for lag in range(-MAX_LAG, MAX_LAG + 1):
+        start_a, start_b = max(0, lag), max(0, -lag)
+        n = min(len(a.bits) - start_a, len(b.bits) - start_b)
+        if n < MIN_OVERLAP:
+            continue
+        both = a.active[start_a : start_a + n] & b.active[start_b : start_b + n]
+        if both.sum() < MIN_OVERLAP:
+            continue
+        diff = a.bits[start_a : start_a + n][both] ^ b.bits[start_b : start_b + n][both]
+        errors = int(_POPCOUNT[diff.view(np.uint8)].sum())
+        best = min(best, errors / (32 * int(both.sum())))
+    return best
+
+
+def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]) -> set:
+    """Pairs (i, j), i < j, of recordings of different owners that are the same audio.
+
+    Candidates share at least two exact sub-fingerprints of active frames (the
+    Haitsma-Kalker lookup); each candidate pair is then confirmed by its bit error.
+    """
+    index: dict[int, list[int]] = defaultdict(list)
+    for i, fp in enumerate(fingerprints):
+        if fp is None:
+            continue
+        for word in set(fp.bits[fp.active].tolist()):
+            index[word].append(i)
+    shared: dict[tuple[int, int], int] = defaultdict(int)
+    for holders in index.values():
+        if len(holders) < 2 or len(holders) > COMMON:
+            continue
+        for x, i in enumerate(holders):
+            for j in holders[x + 1 :]:
+                if owners[i] != owners[j]:
+                    shared[i, j] += 1
+    return {
+        pair
+        for pair, hits in shared.items()
+        if hits >= 2 and bit_error(fingerprints[pair[0]], fingerprints[pair[1]]) <= MAX_BIT_ERROR
+    }
+
+
+# --- the build step ------------------------------------------------------------------
+
+
+def exclude_shared_audio(
+    admitted: Sequence[Recording],
+    outcomes: Sequence[SpeechOutcome],
+    others: Sequence[Recording],
+    other_paths: Sequence[Path],
+    other_shas: Sequence[str],
+    cache: BuildCache,
+) -> list[SpeechOutcome]:
+    """`outcomes` of the admitted recordings, with every recording whose audio is also
+    filed under another participant (admitted or not) refused, naming the other rows.
+
+    `others` are the joined recordings no set admits: they are never released, but a
+    public participant's row must not carry their voice, so they are fingerprinted too
+    (behind the cache, keyed by file hash; their audio is not stored).
+    """
+    recordings = [*admitted, *others]
+    prints = [Fingerprint.from_text(o.fingerprint) if o.fingerprint else None for o in outcomes]
+    prints += [
+        _file_fingerprint(p, sha, cache) for p, sha in zip(other_paths, other_shas, strict=True)
+    ]
+    pairs = matching_pairs(prints, [r.participant_key for r in recordings])
+    partners: dict[int, list[int]] = defaultdict(list)
+    for i, j in pairs:
+        partners[i].append(j)
+        partners[j].append(i)
+    result = list(outcomes)
+    for i, found in partners.items():
+        if i >= len(admitted):
+            continue
+        where = ", ".join(f"{recordings[j].file} line {recordings[j].line}" for j in sorted(found))
+        reason = (
+            f"{SHARED_AUDIO}: the same audio as {where}, filed under another participant; "
+            "a recording belongs to one participant, fix the audio_file of the wrong rows"
+        )
+        result[i] = replace(
+            outcomes[i],
+            audio=None,
+            quarantine=recording_quarantine(admitted[i], "ownership", reason),
+        )
+    return result
+
+
+SHARED_AUDIO = "recording filed under more than one participant"
+
+
+def _file_fingerprint(path: Path, file_sha: str, cache: BuildCache) -> Fingerprint | None:
+    key = digest_of(FINGERPRINT_FORMAT, file_sha)
+    fact = cache.get("fingerprint", key)
+    if fact is None:
+        try:
+            text = fingerprint(decode_audio(path).samples).to_text()
+        except AudioDecodeError:
+            text = None  # unusable audio is released nowhere
+        fact = {"fingerprint": text}
+        cache.put("fingerprint", key, fact)
+    return Fingerprint.from_text(fact["fingerprint"]) if fact["fingerprint"] else None

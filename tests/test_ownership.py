@@ -1,0 +1,170 @@
+"""One recording, one participant: a voice filed under another participant never
+reaches a set, whether by path, link or a re-encoded copy of the same audio."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+import soundfile as sf
+from test_sources_contributions import corpus, row
+
+from redvox.builder.audio import decode_audio
+from redvox.builder.ownership import MAX_BIT_ERROR, bit_error, fingerprint, matching_pairs
+from redvox.builder.pipeline import BuildOptions, build_version
+from redvox.builder.pseudonym import KEY_ENV, pseudonymize
+from redvox.builder.versions import VERSIONS
+from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.sources.contributions import read_contributions
+
+DEMO_AUDIO = DEMO_CONFIG.parent / "audio"
+
+
+def reencoded(path: Path, fmt: str, subtype: str, gain: float = 0.7) -> bytes:
+    """The recording at `path` as another format, quieter: other bytes, same voice."""
+    samples, rate = sf.read(path, dtype="float32")
+    buffer = io.BytesIO()
+    sf.write(buffer, samples * gain, rate, format=fmt, subtype=subtype)
+    return buffer.getvalue()
+
+
+def samples_of(data: bytes) -> np.ndarray:
+    samples, _ = sf.read(io.BytesIO(data), dtype="float32")
+    return samples
+
+
+# --- file identity (the reader) ------------------------------------------------------
+
+
+def problems_by_line(result) -> dict[int, str]:
+    return {p.row: p.message for p in result.problems if p.field == "audio_file"}
+
+
+def test_a_symlink_inside_the_audio_folder_to_a_file_outside_is_refused(tmp_path):
+    path, audio = corpus(tmp_path, [row(audio="p01/link.wav")])
+    (audio / "p01" / "link.wav").symlink_to(tmp_path / "secret.wav")
+    result = read_contributions(path, audio, participant_keys={"p01", "p02"})
+    assert result.records == []
+    assert "leads outside the audio folder" in problems_by_line(result)[2]
+
+
+def test_one_file_under_two_participants_refuses_every_row_using_it(tmp_path):
+    rows = [
+        row(key="p01", audio="p01/a.wav"),
+        row(key="p02", audio="p02/link.wav", lang="de"),  # a link to p01's file
+        row(key="p02", audio="p02/hard.wav", lang="fr"),  # a hard link to it
+        row(key="p02", audio="p02/a.wav", lang="it"),  # p02's own recording
+    ]
+    path, audio = corpus(tmp_path, rows)
+    (audio / "p02" / "link.wav").symlink_to(audio / "p01" / "a.wav")
+    os.link(audio / "p01" / "a.wav", audio / "p02" / "hard.wav")
+    result = read_contributions(path, audio, participant_keys={"p01", "p02"})
+    assert [c.audio_file for c in result.records] == ["p02/a.wav"]
+    found = problems_by_line(result)
+    assert set(found) == {2, 3, 4}
+    assert "another participant on line(s) 3, 4" in found[2]
+    assert "another participant on line(s) 2" in found[3]
+
+
+def test_the_same_file_twice_for_one_participant_is_no_ownership_problem(tmp_path):
+    rows = [row(key="p01", audio="p01/a.wav"), row(key="p01", audio="p01/a.wav", lang="de")]
+    path, audio = corpus(tmp_path, rows)
+    result = read_contributions(path, audio, participant_keys={"p01", "p02"})
+    assert len(result.records) == 2
+
+
+def test_a_windows_path_is_explained(tmp_path):
+    path, audio = corpus(tmp_path, [row(audio="p01\\a.wav")])
+    result = read_contributions(path, audio, participant_keys={"p01", "p02"})
+    assert "backslashes (a Windows path)" in problems_by_line(result)[2]
+
+
+# --- content identity (the fingerprint) ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "subtype"), [("MP3", "MPEG_LAYER_III"), ("OGG", "VORBIS"), ("WAV", "PCM_24")]
+)
+def test_a_reencoded_copy_matches_its_original(fmt, subtype):
+    original = DEMO_AUDIO / "demo-p06" / "es_shades_2.1.flac"
+    copy = samples_of(reencoded(original, fmt, subtype))
+    error = bit_error(fingerprint(decode_audio(original).samples), fingerprint(copy))
+    assert error <= MAX_BIT_ERROR
+
+
+def test_a_copy_shifted_by_encoder_padding_still_matches():
+    samples = decode_audio(DEMO_AUDIO / "demo-p01" / "en_shades_1.0.flac").samples
+    padded = np.concatenate([np.zeros(1105, np.float32), samples])  # an MP3 encoder's delay
+    assert bit_error(fingerprint(samples), fingerprint(padded)) <= MAX_BIT_ERROR
+
+
+def test_different_recordings_never_match_on_the_demo_corpus():
+    """Every pair of demo recordings, including the same sentence in two voices."""
+    files = sorted(DEMO_AUDIO.glob("*/*.flac"))
+    prints, owners = [], []
+    for path in files:
+        try:
+            prints.append(fingerprint(decode_audio(path).samples))
+        except ValueError:  # the deliberately corrupt recording
+            continue
+        owners.append(path.parent.name + path.name)  # every file its own owner
+    assert len(prints) > 60
+    assert matching_pairs(prints, owners) == set()
+
+
+# --- the build -----------------------------------------------------------------------
+
+
+def demo_copy(tmp_path: Path) -> Path:
+    corpus_dir = tmp_path / "demo"
+    shutil.copytree(DEMO_CONFIG.parent, corpus_dir, ignore=shutil.ignore_patterns("__pycache__"))
+    return corpus_dir
+
+
+def file_under(corpus_dir: Path, thief: str, lang: str, item: str, data: bytes, suffix: str):
+    """A contribution row of `thief` whose audio is `data`."""
+    name = f"{thief}/{lang}_shades_{item}{suffix}"
+    (corpus_dir / "audio" / name).write_bytes(data)
+    with (corpus_dir / "contributions.csv").open("a", encoding="utf-8", newline="") as handle:
+        csv.writer(handle).writerow(
+            [thief, "shades", item, lang, name, "x.", "Do you agree?", "x. Do you agree?", "", ""]
+        )
+
+
+def test_a_withheld_voice_reencoded_under_a_public_participant_reaches_no_set(
+    tmp_path, monkeypatch
+):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    corpus_dir = demo_copy(tmp_path)
+    audio = corpus_dir / "audio"
+    # demo-p06 consented to participation only; demo-p08 has no consent record.
+    participation_only = reencoded(audio / "demo-p06" / "es_shades_2.1.flac", "OGG", "VORBIS")
+    file_under(corpus_dir, "demo-p05", "es", "2.1", participation_only, ".ogg")
+    no_record = reencoded(audio / "demo-p08" / "fr_shades_1.0.flac", "MP3", "MPEG_LAYER_III")
+    file_under(corpus_dir, "demo-p07", "fr", "1.0", no_record, ".mp3")
+    config = InputConfig.load(corpus_dir / "config.yaml")
+    options = BuildOptions(out=tmp_path / "out", progress=False)
+    build_version(VERSIONS["1.0.0"], config, options)
+    key = config.pseudonym_key_file.read_text().strip().encode()
+    thieves = {pseudonymize(key, "demo-p05"): "es", pseudonymize(key, "demo-p07"): "fr"}
+    for dataset_set in ("public", "full"):
+        folder = tmp_path / "out" / "1.0.0" / dataset_set
+        rows = [r for s in folder.glob("data/*/*.parquet") for r in pq.read_table(s).to_pylist()]
+        spoken = {
+            (r["user_id"], r["lang"], r["original_id"]) for r in rows if r["audio_type"] == "speech"
+        }
+        assert (next(iter(thieves)), "es", "2.1") not in spoken
+        assert (list(thieves)[1], "fr", "1.0") not in spoken
+        quarantine = (folder / "quarantine.jsonl").read_text()
+        assert quarantine.count('"stage": "ownership"') >= 2, dataset_set
+    # The owner's own recording is excluded from the full set too: which copy is the
+    # real one is for a maintainer to decide.
+    full = tmp_path / "out" / "1.0.0" / "full" / "quarantine.jsonl"
+    owner = pseudonymize(key, "demo-p06")
+    assert any(owner in line and '"ownership"' in line for line in full.read_text().splitlines())

@@ -19,7 +19,7 @@ from redvox.sources.inputs import Inputs
 from redvox.sources.problems import Problem
 from redvox.sources.tables import read_table
 
-from .manifest import QuarantineRecord, Stage
+from .manifest import INPUT_NAMES, QuarantineRecord, Stage
 
 # Inputs only the maintainers see: their problems stay out of the public report.
 PRIVATE_INPUTS = ("participants", "consent")
@@ -93,11 +93,14 @@ def _refused(
         audio_file=contribution.audio_file,
         file=file,
         row=line,
+        input="contributions",
     )
 
 
-def recording_quarantine(recording: Recording, stage: Stage, reason: str) -> QuarantineRecord:
-    """A joined recording excluded by a later step (decode, VAD, consent)."""
+def recording_quarantine(
+    recording: Recording, stage: Stage, reason: str, public_reason: str | None = None
+) -> QuarantineRecord:
+    """A joined recording excluded by a later step (decode, VAD, ownership, consent)."""
     contribution = recording.contribution
     return QuarantineRecord(
         stage=stage,
@@ -108,6 +111,8 @@ def recording_quarantine(recording: Recording, stage: Stage, reason: str) -> Qua
         audio_file=contribution.audio_file,
         file=recording.file,
         row=recording.line,
+        input="contributions",
+        public_reason=public_reason,
     )
 
 
@@ -118,6 +123,7 @@ def problem_records(
     item and participant when the problem points into the contributions manifest."""
     contributions_file = str(config.contributions)
     private = {str(getattr(config, name)) for name in PRIVATE_INPUTS}
+    names = {str(getattr(config, name)): name for name in INPUT_NAMES}
     records = []
     for problem in problems:
         if problem.fatal:
@@ -135,6 +141,7 @@ def problem_records(
                 row=problem.row,
                 field=problem.field,
                 private=problem.file in private,
+                input=names.get(problem.file),
             )
         )
     return records

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from redvox.schemas import LANGUAGES
+
 from .write import atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -28,7 +30,12 @@ Stage = Literal["join", "decode", "vad", "ownership", "consent"]
 
 @dataclass(frozen=True)
 class QuarantineRecord:
-    """One excluded recording or input row, and why."""
+    """One excluded recording or input row, and why.
+
+    `reason` is the maintainer's explanation and may quote private cells (a key, a
+    file name); the public report never reads it except through the fixed vocabulary
+    of `public_reason`.
+    """
 
     stage: Stage
     reason: str
@@ -40,13 +47,11 @@ class QuarantineRecord:
     row: int | None = None
     field: str | None = None
     private: bool = False  # about a private registry: left out of the public report
+    input: str | None = None  # the input config's name of the file: contributions, shades, ...
+    public_reason: str | None = None  # set by steps whose reasons are fixed phrases
 
-    def report(
-        self, user_ids: Mapping[str, str], *, public: bool, withheld: Collection[str] = ()
-    ) -> dict:
-        """The JSON line. Public: no participant key, file name or path in any field;
-        keys become user ids, and the `withheld` participants (not in the public set)
-        are not identified at all."""
+    def report(self, user_ids: Mapping[str, str]) -> dict:
+        """The JSON line of the private (full set) report: everything known."""
         line = {
             "stage": self.stage,
             "reason": self.reason,
@@ -55,24 +60,98 @@ class QuarantineRecord:
             "file": self.file,
             "row": self.row,
             "field": self.field,
+            "participant_key": self.participant_key,
+            "audio_file": self.audio_file,
+            "user_id": user_ids.get(self.participant_key) if self.participant_key else None,
         }
-        if public:
-            shown = {k: v for k, v in user_ids.items() if k not in withheld}
-            names = {**shown, **{k: WITHHELD for k in withheld}}
-            line["reason"] = redact_paths(self.reason, self.audio_file)
-            line = {k: redact_keys(v, names) if isinstance(v, str) else v for k, v in line.items()}
-            line["user_id"] = shown.get(self.participant_key) if self.participant_key else None
-        else:
-            line["user_id"] = user_ids.get(self.participant_key) if self.participant_key else None
-            line["participant_key"] = self.participant_key
-            line["audio_file"] = self.audio_file
+        return {k: v for k, v in line.items() if v is not None}
+
+    def public_report(self, shown: Mapping[str, str], item_keys: Collection[str]) -> dict:
+        """The JSON line of the public report, built only from values that cannot carry
+        private text: the stage, a phrase of the fixed vocabulary, a known language, a
+        known item key, the input's config name, a row number, a known column name and
+        the user id of a participant shown in the public set (`shown`: key -> user id)."""
+        line = {
+            "stage": self.stage,
+            "reason": public_reason(self),
+            "lang": self.lang if self.lang in LANGUAGES else None,
+            "item_key": self.item_key if self.item_key in item_keys else None,
+            "input": self.input if self.input in INPUT_NAMES else None,
+            "row": self.row if isinstance(self.row, int) else None,
+            "field": self.field if self.field in public_fields(self.input) else None,
+            "user_id": shown.get(self.participant_key) if self.participant_key else None,
+        }
         return {k: v for k, v in line.items() if v is not None}
 
 
-# What the public reports say instead of a withheld participant, a recording's file
-# name (names of people often end up in them) and any other path.
-WITHHELD = "a participant"
-AUDIO_FILE = "<audio file>"
+# The input config's names of the files a quarantine record can point into.
+INPUT_NAMES = ("shades", "malert", "contributions", "participants", "consent")
+# Public datasets: their reader messages quote only public text and may be shown.
+PUBLIC_INPUTS = ("shades", "malert")
+SHARED_AUDIO = "recording filed under more than one participant"
+# (stage or input, field or None, words of the private reason, public phrase): the
+# first match wins; a reason that matches none gets its stage's fallback.
+_PUBLIC_PHRASES: tuple[tuple[str, str | None, str, str], ...] = (
+    ("contributions", "audio_file", "backslashes", "audio file path uses backslashes"),
+    ("contributions", "audio_file", "absolute path", "audio file path is absolute"),
+    (
+        "contributions",
+        "audio_file",
+        "outside the audio folder",
+        "audio file outside the audio folder",
+    ),
+    ("contributions", "audio_file", "another participant", SHARED_AUDIO),
+    ("contributions", "audio_file", "same recording", "second row for the same recording"),
+    ("contributions", "audio_file", "not found", "audio file not found"),
+    ("contributions", "item_id", "no item", "item not among the items of this build"),
+    ("contributions", "participant_key", "participants registry", "participant not registered"),
+    ("decode", None, "non-finite", "non-finite samples"),
+    ("decode", None, "sample rate", "unsupported sample rate"),
+    ("decode", None, "longer than", "recording too long"),
+    ("decode", None, "larger than", "audio file too large"),
+    ("decode", None, "clipped", "clipped audio"),
+    ("decode", None, "digital silence", "digital silence"),
+    ("decode", None, "not an audio file", "not an audio file"),
+    ("decode", None, "truncated", "truncated or corrupt audio file"),
+    ("decode", None, "corrupt", "truncated or corrupt audio file"),
+    ("vad", None, "no speech", "no speech detected"),
+    ("vad", None, "too little speech", "too little speech"),
+)
+_FALLBACKS = {
+    "contributions": "unreadable contribution row",
+    "decode": "unusable audio",
+    "vad": "not enough speech",
+    "ownership": SHARED_AUDIO,
+    "consent": "no consent for this set",
+    "join": "input row not usable",
+}
+PUBLIC_REASONS = frozenset(p[3] for p in _PUBLIC_PHRASES) | frozenset(_FALLBACKS.values())
+
+
+def public_fields(input_name: str | None) -> frozenset[str]:
+    """Column names a public line may name for a problem in `input_name`."""
+    from redvox.sources.contributions import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
+
+    if input_name == "contributions":
+        return frozenset((*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS))
+    return frozenset()
+
+
+def public_reason(record: QuarantineRecord) -> str:
+    """The reason as the public may read it. Only a public dataset's reader message (no
+    participant in it) is passed on, paths removed; everything else is a fixed phrase."""
+    if record.public_reason is not None:
+        return record.public_reason
+    if record.stage == "join" and record.input in PUBLIC_INPUTS:
+        return redact_paths(record.reason)
+    topic = record.input if record.stage == "join" else record.stage
+    for where, field, words, phrase in _PUBLIC_PHRASES:
+        if where == topic and field in (None, record.field) and words in record.reason:
+            return phrase
+    return _FALLBACKS.get(topic or "", _FALLBACKS["join"])
+
+
+# What the public reports say instead of any path.
 PATH = "<path>"
 _NAME_CHARS = r"[^\s'\"<>(),;:]"
 # Absolute paths, and relative ones that end in a file name ("a/b.txt", not "SHADES/M-ALERT").
@@ -80,27 +159,11 @@ _PATH = re.compile(
     rf"(?<![\w.])(?:[A-Za-z]:[/\\]|~?[/\\]){_NAME_CHARS}+"
     rf"|{_NAME_CHARS}+[/\\]{_NAME_CHARS}*\.[A-Za-z0-9]{{1,5}}\b"
 )
-_AUDIO_NAME = re.compile(
-    rf"{_NAME_CHARS}+\.(?:flac|wav|mp3|ogg|opus|m4a|aac|webm)\b", re.IGNORECASE
-)
 
 
-def redact_paths(text: str, audio_file: str | None = None) -> str:
-    """`text` with `audio_file`, any other audio file name and any path replaced."""
-    if audio_file:
-        text = text.replace(audio_file, AUDIO_FILE)
-    return _AUDIO_NAME.sub(AUDIO_FILE, _PATH.sub(PATH, text))
-
-
-def redact_keys(text: str, names: Mapping[str, str]) -> str:
-    """`text` with every known participant key replaced by its stand-in (`names[key]`),
-    wherever it appears, even inside a word (`p11_take1`). One pass, longest key first,
-    so a key that contains another is replaced whole and a stand-in is never rewritten."""
-    if not names:
-        return text
-    keys = sorted(names, key=len, reverse=True)
-    pattern = re.compile("|".join(map(re.escape, keys)))
-    return pattern.sub(lambda m: names[m.group(0)], text)
+def redact_paths(text: str) -> str:
+    """`text` with any path replaced."""
+    return _PATH.sub(PATH, text)
 
 
 def write_quarantine(
@@ -110,12 +173,15 @@ def write_quarantine(
     *,
     public: bool,
     withheld: Collection[str] = (),
+    item_keys: Collection[str] = (),
 ) -> None:
-    lines = [
-        record.report(user_ids, public=public, withheld=withheld)
-        for record in records
-        if not (public and record.private)
-    ]
+    """The quarantine report. Public: no line about a private registry, the
+    `withheld` participants (not in the public set) not identified at all."""
+    if public:
+        shown = {k: v for k, v in user_ids.items() if k not in withheld}
+        lines = [r.public_report(shown, item_keys) for r in records if not r.private]
+    else:
+        lines = [r.report(user_ids) for r in records]
     lines.sort(key=lambda line: json.dumps(line, sort_keys=True))
     body = "".join(json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n" for line in lines)
     atomic_write_bytes(path, body.encode())

@@ -29,6 +29,7 @@ from redvox.schemas import SAMPLE_RATE
 from .audio import AudioDecodeError, decode_audio
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
+from .manifest import SHARED_AUDIO
 
 if TYPE_CHECKING:
     from .recordings import SpeechOutcome
@@ -187,12 +188,9 @@ def exclude_shared_audio(
         result[i] = replace(
             outcomes[i],
             audio=None,
-            quarantine=recording_quarantine(admitted[i], "ownership", reason),
+            quarantine=recording_quarantine(admitted[i], "ownership", reason, SHARED_AUDIO),
         )
     return result
-
-
-SHARED_AUDIO = "recording filed under more than one participant"
 
 
 def _file_fingerprint(path: Path, file_sha: str, cache: BuildCache) -> Fingerprint | None:

@@ -144,6 +144,7 @@ def build_version(
         join_quarantine=joined.quarantine,
         outcomes=outcomes,
         user_ids=user_ids,
+        item_keys=frozenset(item.key for item in inputs.items),
         cache=cache,
         progress=options.progress,
     )
@@ -254,6 +255,7 @@ class _SetContext:
     join_quarantine: list[QuarantineRecord]
     outcomes: Sequence[SpeechOutcome]
     user_ids: dict[str, str]
+    item_keys: frozenset[str]  # the items of this build: the only item keys reports name
     cache: BuildCache
     progress: bool
 
@@ -276,7 +278,12 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
     public = dataset_set == "public"
     withheld = set(context.user_ids) - admitted if public else set()
     write_quarantine(
-        folder / QUARANTINE, quarantine, context.user_ids, public=public, withheld=withheld
+        folder / QUARANTINE,
+        quarantine,
+        context.user_ids,
+        public=public,
+        withheld=withheld,
+        item_keys=context.item_keys,
     )
     recordings_of = Counter(r.participant_key for r in context.recordings)
     audit = consent_audit(context.states, recordings_of, dataset_set)
@@ -311,7 +318,7 @@ def _set_quarantine(
         state = context.states[rec.participant_key]
         if not state.allows(dataset_set):
             reason = f"{CONSENT_REASONS[state]} ({state.value})"
-            records.append(recording_quarantine(rec, "consent", reason))
+            records.append(recording_quarantine(rec, "consent", reason, public_reason=reason))
     records += [
         outcome.quarantine
         for outcome in context.outcomes

@@ -108,6 +108,12 @@ def _looped_to(length: int, noise_path: Path, offset_s: float):
     """The transform's noise hook: loop the loaded excerpt to exactly `length` samples."""
 
     def loop(noise: np.ndarray, sample_rate: int) -> np.ndarray:
+        # audiomentations reads the file itself, past NoiseBank.load and its checks.
+        if not np.isfinite(noise).all():
+            raise NoiseBankError(
+                f"{noise_path}: non-finite samples (NaN/inf) from {offset_s} s; the build will "
+                "not mix from it: re-export the file as 16-bit PCM, or remove it from the bank"
+            )
         if is_silent(noise):
             raise NoiseBankError(
                 f"{noise_path}: digital silence from {offset_s} s, nothing to mix at an SNR; "

@@ -142,7 +142,9 @@ class _Normaliser:
         if self.stream is not None:
             self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
         samples = self.out[: self.length]
-        if not np.isfinite(samples).all():
+        # max/min propagate NaN and reach inf, and unlike np.abs copy nothing.
+        peak = max(float(samples.max()), -float(samples.min())) if samples.size else 0.0
+        if not np.isfinite(peak):
             # Finite source values far beyond full scale can overflow float32 in the filter.
             raise AudioDecodeError(
                 f"{self.path}: non-finite samples (NaN/inf) after resampling: the source holds "
@@ -153,7 +155,7 @@ class _Normaliser:
             source_rate=self.source_rate,
             channels=self.channels,
             duration_s=len(samples) / self.sample_rate,
-            peak=float(np.max(np.abs(samples))) if samples.size else 0.0,
+            peak=peak,
             clipped_fraction=float(self.clipped / (self.frames * self.channels)),
             # hashed in place: `.tobytes()` would copy the whole output
             content_hash=hashlib.sha256(samples.astype("<f4", copy=False).data).hexdigest(),

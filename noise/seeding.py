@@ -49,6 +49,8 @@ def param_range(
 ) -> tuple[float, float]:
     """`condition.params[key]` as a validated `(min, max)` pair within PARAM_BOUNDS[key]."""
     where = f"condition {condition.name!r} ({condition.kind}), params.{key}"
+    lowest, highest, unit = PARAM_BOUNDS[key]
+    allowed = f"{key} must lie within [{lowest}, {highest}] {unit}"
     if key not in condition.params:
         raise ConditionError(f"{where}: missing; give a [min, max] range")
     value = condition.params[key]
@@ -62,11 +64,9 @@ def param_range(
         )
     # ints are finite (and math.isfinite would overflow on a 400-digit one)
     if not all(isinstance(v, int) or math.isfinite(v) for v in value):
-        raise ConditionError(f"{where}: {value!r} must be finite")
+        raise ConditionError(f"{where}: {value!r} must be finite; {allowed}")
     if low > high:
         raise ConditionError(f"{where}: min {low} is greater than max {high}; swap them")
-    lowest, highest, unit = PARAM_BOUNDS[key]
-    allowed = f"{key} must lie within [{lowest}, {highest}] {unit}"
     if low < lowest:
         raise ConditionError(f"{where}: min {low} must be >= {lowest}; {allowed}")
     if high > highest:

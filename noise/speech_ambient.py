@@ -68,6 +68,9 @@ def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -
 
     speech = _checked_speech(params, speech)
     noise_path = bank.path(params["file"])
+    # audiomentations reads the file itself; NoiseBank.load first refuses a file with
+    # NaN/inf samples with a NoiseBankError naming it (librosa would raise its own error).
+    bank.load(params["file"])
     transform = AddBackgroundNoise(
         sounds_path=noise_path,
         min_snr_db=params["snr_db"],
@@ -108,12 +111,6 @@ def _looped_to(length: int, noise_path: Path, offset_s: float):
     """The transform's noise hook: loop the loaded excerpt to exactly `length` samples."""
 
     def loop(noise: np.ndarray, sample_rate: int) -> np.ndarray:
-        # audiomentations reads the file itself, past NoiseBank.load and its checks.
-        if not np.isfinite(noise).all():
-            raise NoiseBankError(
-                f"{noise_path}: non-finite samples (NaN/inf) from {offset_s} s; the build will "
-                "not mix from it: re-export the file as 16-bit PCM, or remove it from the bank"
-            )
         if is_silent(noise):
             raise NoiseBankError(
                 f"{noise_path}: digital silence from {offset_s} s, nothing to mix at an SNR; "

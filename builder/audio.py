@@ -4,6 +4,17 @@ libsndfile (soundfile) reads WAV, FLAC, OGG and MP3 and tells truncated files ap
 other containers (m4a, webm, ...) go through FFmpeg via audioread. Mono is the plain
 average of the channels and resampling is soxr HQ, so the same file always gives the
 same samples and the same `content_hash` (the key of the VAD cache).
+
+Every recording is untrusted input and fails closed with an AudioDecodeError (a
+quarantine line), never a traceback nor unbounded memory:
+- before any sample is decoded, the file size, and the header's sample rate
+  (MIN_SOURCE_RATE..MAX_SOURCE_RATE), channel count, declared duration and (for PCM
+  WAV) block layout are checked against `AudioLimits`;
+- decoding runs in blocks of BLOCK_FRAMES: each block is checked for NaN/inf,
+  averaged to mono and fed to a soxr HQ ResampleStream, and reading stops as soon as
+  the audio runs past `max_duration_s`; peak memory is the 16 kHz mono output plus
+  one block, not the full-rate multichannel source. soxr's stream gives the same
+  samples, bit for bit, as a one-shot `soxr.resample` of the whole file.
 """
 
 from __future__ import annotations
@@ -22,6 +33,7 @@ import soxr
 from audioread.ffdec import FFmpegAudioFile
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE, AudioLimits
 from redvox.schemas.errors import UserError
 
 # |x| at or above this counts as clipped: a few codecs never reach exactly 1.0.
@@ -34,6 +46,21 @@ _WAV_DATA_SIZE = re.compile(r"data : (\d+) \(should be (\d+)\)")
 # Streaming writers (e.g. FFmpeg to a pipe) leave these placeholders instead of a size.
 _STREAMED_SIZES = (0, 0x7FFFFFFF, 0xFFFFFFFF)
 _REEXPORT = "re-export or re-upload the recording"
+# Source frames decoded at once: 512 KB of 48 kHz stereo float32.
+BLOCK_FRAMES = 2**16
+DEFAULT_LIMITS = AudioLimits()
+# Bytes per sample of the PCM subtypes whose WAV block layout is checked.
+_PCM_BYTES = {
+    "PCM_S8": 1,
+    "PCM_U8": 1,
+    "PCM_16": 2,
+    "PCM_24": 3,
+    "PCM_32": 4,
+    "FLOAT": 4,
+    "DOUBLE": 8,
+}
+_WAV_BLOCK_ALIGN = re.compile(r"Block Align\s*:\s*(\d+)")
+_WAV_DATA = re.compile(r"^data : (\d+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -51,41 +78,121 @@ class AudioDecodeError(UserError, ValueError):
     """A recording that cannot be used; the message names the file and what is wrong."""
 
 
-def decode_audio(path: str | Path, *, sample_rate: int = SAMPLE_RATE) -> DecodedAudio:
-    """Read `path` as mono float32 at `sample_rate`; AudioDecodeError when it is unusable."""
+def decode_audio(
+    path: str | Path, *, sample_rate: int = SAMPLE_RATE, limits: AudioLimits = DEFAULT_LIMITS
+) -> DecodedAudio:
+    """Read `path` as mono float32 at `sample_rate`; AudioDecodeError when it is unusable
+    or outside `limits` (checked from the header, before decoding)."""
     path = Path(path)
-    _check_file(path)
-    source = _read_with_soundfile(path)
-    if source is None:
-        source = _read_with_ffmpeg(path)
-    frames, source_rate = source
-    if frames.size == 0 or source_rate <= 0:
-        raise AudioDecodeError(f"{path}: no audio samples in the file; {_REEXPORT}")
-    return _normalise(frames, source_rate, sample_rate)
+    _check_file(path, limits)
+    decoded = _read_with_soundfile(path, sample_rate, limits)
+    if decoded is None:
+        decoded = _read_with_ffmpeg(path, sample_rate, limits)
+    return decoded
 
 
-def _normalise(frames: np.ndarray, source_rate: int, sample_rate: int) -> DecodedAudio:
-    """frames: (n, channels) float32 in [-1, 1] at `source_rate`."""
-    clipped = np.count_nonzero(np.abs(frames) >= CLIP_LEVEL) / frames.size
-    if frames.shape[1] == 1:
-        mono = frames[:, 0]
-    else:
-        mono = frames.mean(axis=1, dtype=np.float64).astype(np.float32)
-    if source_rate != sample_rate:
-        mono = soxr.resample(mono, source_rate, sample_rate, quality="HQ")
-    samples = np.ascontiguousarray(mono, dtype=np.float32)
-    return DecodedAudio(
-        samples=samples,
-        source_rate=source_rate,
-        channels=frames.shape[1],
-        duration_s=len(samples) / sample_rate,
-        peak=float(np.max(np.abs(samples))) if samples.size else 0.0,
-        clipped_fraction=float(clipped),
-        content_hash=hashlib.sha256(samples.astype("<f4", copy=False).tobytes()).hexdigest(),
+class _Normaliser:
+    """Blocks of (n, channels) float32 source frames in, 16 kHz mono float32 out.
+
+    The output buffer is sized from the declared length and grown only if the file
+    holds more; the result is what a one-shot average + `soxr.resample` would give."""
+
+    def __init__(
+        self, path: Path, source_rate: int, channels: int, sample_rate: int, frames: int
+    ) -> None:
+        self.path, self.source_rate, self.channels = path, source_rate, channels
+        self.sample_rate = sample_rate
+        self.stream = (
+            soxr.ResampleStream(source_rate, sample_rate, 1, dtype="float32", quality="HQ")
+            if source_rate != sample_rate
+            else None
+        )
+        expected = -(-max(frames, 0) * sample_rate // source_rate) + 64
+        self.out = np.empty(expected, dtype=np.float32)
+        self.length = 0
+        self.frames = 0
+        self.clipped = 0
+
+    def add(self, block: np.ndarray) -> None:
+        if not np.isfinite(block).all():
+            raise AudioDecodeError(
+                f"{self.path}: non-finite samples (NaN/inf) from {self.frames / self.source_rate:.2f} s "
+                f"on; {_REEXPORT} (re-export the float audio as 16-bit PCM)"
+            )
+        self.frames += len(block)
+        self.clipped += int(np.count_nonzero(np.abs(block) >= CLIP_LEVEL))
+        if self.channels == 1:
+            mono = np.ascontiguousarray(block[:, 0])
+        else:
+            mono = block.mean(axis=1, dtype=np.float64).astype(np.float32)
+        self._append(mono if self.stream is None else self.stream.resample_chunk(mono))
+
+    def _append(self, mono: np.ndarray) -> None:
+        end = self.length + len(mono)
+        if end > len(self.out):
+            grown = np.empty(max(end, 2 * len(self.out)), dtype=np.float32)
+            grown[: self.length] = self.out[: self.length]
+            self.out = grown
+        self.out[self.length : end] = mono
+        self.length = end
+
+    def finish(self) -> DecodedAudio:
+        if self.frames == 0:
+            raise AudioDecodeError(f"{self.path}: no audio samples in the file; {_REEXPORT}")
+        if self.stream is not None:
+            self._append(self.stream.resample_chunk(np.zeros(0, dtype=np.float32), last=True))
+        samples = self.out[: self.length]
+        # max/min propagate NaN and reach inf, and unlike np.abs copy nothing.
+        peak = max(float(samples.max()), -float(samples.min())) if samples.size else 0.0
+        if not np.isfinite(peak):
+            # Finite source values far beyond full scale can overflow float32 in the filter.
+            raise AudioDecodeError(
+                f"{self.path}: non-finite samples (NaN/inf) after resampling: the source holds "
+                f"values far beyond full scale; {_REEXPORT}"
+            )
+        return DecodedAudio(
+            samples=samples,
+            source_rate=self.source_rate,
+            channels=self.channels,
+            duration_s=len(samples) / self.sample_rate,
+            peak=peak,
+            clipped_fraction=float(self.clipped / (self.frames * self.channels)),
+            # hashed in place: `.tobytes()` would copy the whole output
+            content_hash=hashlib.sha256(samples.astype("<f4", copy=False).data).hexdigest(),
+        )
+
+
+def _check_header(
+    path: Path, rate: int, channels: int, frames: int | None, limits: AudioLimits
+) -> None:
+    """What a header declares, checked before decoding so memory and time stay bounded."""
+    if not MIN_SOURCE_RATE <= rate <= MAX_SOURCE_RATE:
+        raise AudioDecodeError(
+            f"{path}: the header declares a sample rate of {rate} Hz, outside "
+            f"{MIN_SOURCE_RATE}-{MAX_SOURCE_RATE} Hz: a corrupt header or not a speech "
+            f"recording; {_REEXPORT}"
+        )
+    if channels <= 0:
+        raise AudioDecodeError(f"{path}: the header declares no audio channel; {_REEXPORT}")
+    if channels > limits.max_channels:
+        raise AudioDecodeError(
+            f"{path}: {channels} channels, more than the {limits.max_channels} maximum "
+            "(audio_limits.max_channels); export a mono or stereo recording"
+        )
+    if frames is not None and frames / rate > limits.max_duration_s:
+        _too_long(path, frames / rate, limits)
+
+
+def _too_long(path: Path, seconds: float | None, limits: AudioLimits) -> None:
+    length = f"{seconds:.1f} s" if seconds is not None else "the audio"
+    raise AudioDecodeError(
+        f"{path}: {length} long, longer than the {limits.max_duration_s:g} s maximum "
+        "(audio_limits.max_duration_s); trim the recording, or raise the limit in the "
+        "input config if such long takes are intended"
     )
 
 
-def _check_file(path: Path) -> None:
+def _check_file(path: Path, limits: AudioLimits) -> None:
     if not path.exists():
         raise AudioDecodeError(
             f"{path}: audio file not found; check `audio_root` in the config and the "
@@ -93,40 +200,84 @@ def _check_file(path: Path) -> None:
         )
     if not path.is_file():
         raise AudioDecodeError(f"{path}: not a file; `audio_file` must name one recording")
-    if path.stat().st_size == 0:
+    size = path.stat().st_size
+    if size == 0:
         raise AudioDecodeError(f"{path}: empty audio file (0 bytes); {_REEXPORT}")
+    if size > limits.max_file_mb * 1e6:
+        raise AudioDecodeError(
+            f"{path}: {size / 1e6:.1f} MB, larger than the {limits.max_file_mb:g} MB maximum "
+            "(audio_limits.max_file_mb); export a compressed (FLAC) or shorter recording, or "
+            "raise the limit in the input config"
+        )
 
 
-def _read_with_soundfile(path: Path) -> tuple[np.ndarray, int] | None:
-    """(frames, rate), or None when libsndfile does not know the format at all."""
+def _read_with_soundfile(path: Path, sample_rate: int, limits: AudioLimits) -> DecodedAudio | None:
+    """The decoded file, or None when libsndfile does not know the format at all."""
     try:
         with sf.SoundFile(path) as audio:
-            kind, declared, rate, log = (
+            kind, declared, rate, channels, log = (
                 audio.format,
                 audio.frames,
                 audio.samplerate,
+                audio.channels,
                 audio.extra_info,
             )
-            try:
-                frames = audio.read(dtype="float32", always_2d=True)
-            except sf.LibsndfileError as err:
-                raise AudioDecodeError(
-                    f"{path}: truncated or corrupt {kind} audio: decoding failed "
-                    f"({err.error_string or 'libsndfile error ' + str(err.code)}); {_REEXPORT}"
-                ) from err
+            _check_header(path, rate, channels, declared, limits)
+            if kind in ("WAV", "WAVEX"):
+                _check_wav_layout(path, audio.subtype, channels, declared, log)
+            normaliser = _Normaliser(path, rate, channels, sample_rate, declared)
+            while True:
+                try:
+                    block = audio.read(BLOCK_FRAMES, dtype="float32", always_2d=True)
+                except sf.LibsndfileError as err:
+                    raise AudioDecodeError(
+                        f"{path}: truncated or corrupt {kind} audio: decoding failed "
+                        f"({err.error_string or 'libsndfile error ' + str(err.code)}); "
+                        f"{_REEXPORT}"
+                    ) from err
+                if len(block) == 0:
+                    break
+                normaliser.add(block)
+                if normaliser.frames / rate > limits.max_duration_s:
+                    _too_long(path, None, limits)
     except sf.LibsndfileError as err:
         if err.code == _SF_ERR_UNRECOGNISED_FORMAT:
             return None
         raise AudioDecodeError(
             f"{path}: corrupt audio file ({err.error_string}); {_REEXPORT}"
         ) from err
-    if len(frames) < declared:
+    if normaliser.frames < declared:
         raise AudioDecodeError(
             f"{path}: truncated {kind} audio: the header declares {declared} frames but only "
-            f"{len(frames)} could be decoded; {_REEXPORT}"
+            f"{normaliser.frames} could be decoded; {_REEXPORT}"
         )
     _check_wav_data_size(path, log)
-    return frames, rate
+    return normaliser.finish()
+
+
+def _check_wav_layout(path: Path, subtype: str, channels: int, frames: int, log: str) -> None:
+    """A PCM WAV's fmt chunk must agree with itself and with its data chunk: a frame is
+    channels x bytes per sample, and the data holds whole frames of that size."""
+    width = _PCM_BYTES.get(subtype)
+    align, data = _WAV_BLOCK_ALIGN.search(log), _WAV_DATA.search(log)
+    if width is None or align is None:
+        return
+    if int(align[1]) != channels * width:
+        raise AudioDecodeError(
+            f"{path}: inconsistent WAV header: a block of {align[1]} bytes but {channels} "
+            f"channel(s) of {width}-byte {subtype} samples ({channels * width} bytes); "
+            f"{_REEXPORT}"
+        )
+    size = int(data[1]) if data is not None else None
+    if size is None or size in _STREAMED_SIZES:
+        return
+    expected = frames * channels * width
+    # A declared size beyond the file is a truncation, reported after decoding.
+    if expected > size:
+        raise AudioDecodeError(
+            f"{path}: inconsistent WAV header: {frames} frames of {channels} x {width} bytes "
+            f"need {expected} bytes, the data chunk declares {size}; {_REEXPORT}"
+        )
 
 
 def _check_wav_data_size(path: Path, log: str) -> None:
@@ -142,8 +293,11 @@ def _check_wav_data_size(path: Path, log: str) -> None:
         )
 
 
-def _read_with_ffmpeg(path: Path) -> tuple[np.ndarray, int]:
-    """Formats libsndfile does not read (m4a, webm, ...), decoded by FFmpeg to 16-bit PCM."""
+def _read_with_ffmpeg(path: Path, sample_rate: int, limits: AudioLimits) -> DecodedAudio:
+    """Formats libsndfile does not read (m4a, webm, ...), decoded by FFmpeg to 16-bit PCM.
+
+    The rate, channels and duration FFmpeg reports are checked before any PCM is read,
+    and reading stops once the audio runs past the duration limit."""
     if shutil.which("ffmpeg") is None:
         raise AudioDecodeError(
             f"{path}: libsndfile does not read this format and FFmpeg is not installed; "
@@ -151,8 +305,35 @@ def _read_with_ffmpeg(path: Path) -> tuple[np.ndarray, int]:
         )
     try:
         with audioread.audio_open(str(path), backends=[FFmpegAudioFile]) as audio:
-            rate, channels = audio.samplerate, audio.channels
-            pcm = b"".join(audio)
+            rate, channels, duration = audio.samplerate, audio.channels, audio.duration
+            if channels <= 0 or rate <= 0:
+                # FFmpeg guesses a container from the file name and finds no stream in it.
+                raise AudioDecodeError(
+                    f"{path}: not a readable audio file (FFmpeg finds no audio stream in it); "
+                    "convert it to WAV or FLAC"
+                )
+            declared = round(duration * rate) if duration and duration > 0 else None
+            _check_header(path, rate, channels, declared, limits)
+            normaliser = _Normaliser(path, rate, channels, sample_rate, declared or 0)
+            block_bytes = BLOCK_FRAMES * channels * 2
+            pending = bytearray()
+            for buffer in audio:
+                pending += buffer
+                # Fixed-size blocks whatever sizes the pipe delivers: the same file always
+                # goes through the same steps.
+                while len(pending) >= block_bytes:
+                    normaliser.add(_pcm_frames(pending[:block_bytes], channels))
+                    del pending[:block_bytes]
+                    if normaliser.frames / rate > limits.max_duration_s:
+                        _too_long(path, None, limits)
+            if len(pending) % (channels * 2):
+                raise AudioDecodeError(
+                    f"{path}: FFmpeg's output ends inside a frame; convert the file to WAV or FLAC"
+                )
+            if pending:
+                normaliser.add(_pcm_frames(pending, channels))
+                if normaliser.frames / rate > limits.max_duration_s:
+                    _too_long(path, None, limits)
     except audioread.exceptions.NoBackendError as err:
         raise AudioDecodeError(
             f"{path}: not a readable audio file (neither libsndfile nor FFmpeg recognise it); "
@@ -163,15 +344,12 @@ def _read_with_ffmpeg(path: Path) -> tuple[np.ndarray, int]:
             f"{path}: not a readable audio file: libsndfile does not know the format and FFmpeg "
             f"failed ({err!r}); convert it to WAV or FLAC"
         ) from err
-    if channels <= 0 or rate <= 0:
-        # FFmpeg guesses a container from the file name and finds no stream in it.
-        raise AudioDecodeError(
-            f"{path}: not a readable audio file (FFmpeg finds no audio stream in it); "
-            "convert it to WAV or FLAC"
-        )
-    ints = np.frombuffer(pcm, dtype="<i2")
-    frames = (ints.astype(np.float32) / 32768.0).reshape(-1, channels)
-    return frames, rate
+    return normaliser.finish()
+
+
+def _pcm_frames(pcm: bytes | bytearray, channels: int) -> np.ndarray:
+    ints = np.frombuffer(bytes(pcm), dtype="<i2")
+    return (ints.astype(np.float32) / 32768.0).reshape(-1, channels)
 
 
 def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
@@ -181,6 +359,11 @@ def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
         raise ValueError(
             f"encode_flac takes mono samples (a 1-D array), got shape {mono.shape}; "
             "average the channels first"
+        )
+    if not np.isfinite(mono).all():
+        raise ValueError(
+            "encode_flac got non-finite samples (NaN/inf); decode_audio refuses such "
+            "recordings, so these samples come from elsewhere"
         )
     buffer = io.BytesIO()
     # libsndfile wraps around instead of saturating above full scale.

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.config import AudioLimits
 
-from .audio import AudioDecodeError, decode_audio
+from .audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
@@ -158,6 +159,7 @@ def exclude_shared_audio(
     other_paths: Sequence[Path],
     other_shas: Sequence[str],
     cache: BuildCache,
+    limits: AudioLimits = DEFAULT_LIMITS,
 ) -> list[SpeechOutcome]:
     """`outcomes` of the admitted recordings, with every recording whose audio is also
     filed under another participant (admitted or not) refused, naming the other rows.
@@ -169,7 +171,8 @@ def exclude_shared_audio(
     recordings = [*admitted, *others]
     prints = [Fingerprint.from_text(o.fingerprint) if o.fingerprint else None for o in outcomes]
     prints += [
-        _file_fingerprint(p, sha, cache) for p, sha in zip(other_paths, other_shas, strict=True)
+        _file_fingerprint(p, sha, cache, limits)
+        for p, sha in zip(other_paths, other_shas, strict=True)
     ]
     pairs = matching_pairs(prints, [r.participant_key for r in recordings])
     partners: dict[int, list[int]] = defaultdict(list)
@@ -193,12 +196,14 @@ def exclude_shared_audio(
     return result
 
 
-def _file_fingerprint(path: Path, file_sha: str, cache: BuildCache) -> Fingerprint | None:
-    key = digest_of(FINGERPRINT_FORMAT, file_sha)
+def _file_fingerprint(
+    path: Path, file_sha: str, cache: BuildCache, limits: AudioLimits
+) -> Fingerprint | None:
+    key = digest_of(FINGERPRINT_FORMAT, file_sha, limits.model_dump_json())
     fact = cache.get("fingerprint", key)
     if fact is None:
         try:
-            text = fingerprint(decode_audio(path).samples).to_text()
+            text = fingerprint(decode_audio(path, limits=limits).samples).to_text()
         except AudioDecodeError:
             text = None  # unusable audio is released nowhere
         fact = {"fingerprint": text}

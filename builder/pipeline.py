@@ -123,11 +123,20 @@ def build_version(
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
     file_shas = [_file_sha256(p) for p in paths]
     outcomes = normalise_recordings(
-        paths, file_shas, wanted, version.config.vad, cache, options.workers, options.progress
+        paths,
+        file_shas,
+        wanted,
+        version.config.vad,
+        cache,
+        options.workers,
+        options.progress,
+        limits=config.audio_limits,
     )
     other_paths = [Path(config.audio_root) / r.contribution.audio_file for r in others]
     other_shas = [_file_sha256(p) for p in other_paths]
-    outcomes = exclude_shared_audio(wanted, outcomes, others, other_paths, other_shas, cache)
+    outcomes = exclude_shared_audio(
+        wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
+    )
     renderer = ClipRenderer(bank, cache, version.config.seed)
     user_ids = _user_ids(inputs, joined.quarantine, key)
     rows, shared = expand_rows(wanted, outcomes, user_ids, version, renderer, options.progress)

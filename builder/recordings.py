@@ -20,8 +20,9 @@ import numpy as np
 from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.config import AudioLimits
 
-from .audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
+from .audio import DEFAULT_LIMITS, AudioDecodeError, audio_problems, decode_audio, encode_flac
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
@@ -35,8 +36,10 @@ from .versions import VadParams
 # VAD, and a bounded amount of audio in memory per worker.
 BATCH = 64
 VAD_BATCH = 64
-# Bumped when the normalisation changes, so cached decodes are not reused.
-DECODE_FORMAT = "decode-v2"  # v2: with the ownership fingerprint
+# Bumped when the normalisation changes, so cached decodes are not reused. v2: the
+# header and NaN/inf checks refuse files v1 accepted, facts carry the ownership
+# fingerprint; the audio limits are in the key too.
+DECODE_FORMAT = "decode-v2"
 
 
 @dataclass(frozen=True)
@@ -58,20 +61,23 @@ class _Batch:
     judged: tuple[bool, ...]
     cache_root: str
     vad_params: VadParams
+    limits: AudioLimits = DEFAULT_LIMITS
 
 
 def _usable(fact: dict) -> bool:
     return "error" not in fact and not fact["problems"]
 
 
-def _normalise_file(path: str) -> tuple[dict, bytes | None, np.ndarray | None]:
+def _normalise_file(
+    path: str, limits: AudioLimits = DEFAULT_LIMITS
+) -> tuple[dict, bytes | None, np.ndarray | None]:
     """Decode one recording, encode it as released, report its defects.
 
     Everything downstream (VAD, mixing) uses the samples of the released FLAC, so
     a result is the same whether it was just computed or read back from the cache.
     """
     try:
-        decoded = decode_audio(path)
+        decoded = decode_audio(path, limits=limits)
     except AudioDecodeError as exc:
         return {"error": str(exc).removeprefix(f"{path}: ")}, None, None
     flac = encode_flac(decoded.samples)
@@ -100,7 +106,7 @@ def _judge_batch(batch: _Batch) -> list[tuple[dict, bytes | None, dict | None]]:
     samples: dict[int, np.ndarray] = {}
     for i, path in enumerate(batch.paths):
         if facts[i] is None:
-            facts[i], flacs[i], audio = _normalise_file(path)
+            facts[i], flacs[i], audio = _normalise_file(path, batch.limits)
             if audio is not None:
                 samples[i] = audio
     pending = [
@@ -155,10 +161,16 @@ def normalise_recordings(
     cache: BuildCache,
     workers: int = 1,
     progress: bool = True,
+    *,
+    limits: AudioLimits = DEFAULT_LIMITS,
 ) -> list[SpeechOutcome]:
-    """Decode and judge every recording; only cache misses reach the workers."""
+    """Decode and judge every recording; only cache misses reach the workers.
+
+    `limits` (the input config's `audio_limits`) bound what a recording may be; they
+    are part of the decode cache key, so changing one re-decides every cached fact."""
     vad_json = vad_params.model_dump_json()
-    decode_keys = [digest_of(DECODE_FORMAT, sha) for sha in file_shas]
+    limits_json = limits.model_dump_json()
+    decode_keys = [digest_of(DECODE_FORMAT, sha, limits_json) for sha in file_shas]
     facts = [cache.get("decoded", k) for k in decode_keys]
     verdicts = [
         cache.get("vad", digest_of("vad", f["blob"], vad_json)) if f and _usable(f) else None
@@ -173,6 +185,7 @@ def normalise_recordings(
             judged=tuple(verdicts[i] is not None for i in span),
             cache_root=str(cache.root),
             vad_params=vad_params,
+            limits=limits,
         )
         for span in spans
     )

@@ -18,7 +18,7 @@ from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
 
 from . import ambient, babble, silence, speech_ambient
-from .seeding import SHARED_KEY, rng_for
+from .seeding import PARAM_BOUNDS, SHARED_KEY, ConditionError, rng_for
 
 KINDS: dict[str, ModuleType] = {
     module.KIND: module for module in (silence, ambient, babble, speech_ambient)
@@ -32,7 +32,8 @@ def kind_module(kind: str) -> ModuleType:
 
 
 def check_condition(condition: NoiseCondition) -> None:
-    """Validate a condition's params before a build starts drawing from them."""
+    """Validate a condition's params before a build starts drawing from them: known keys,
+    [min, max] ranges of finite numbers within PARAM_BOUNDS; ConditionError otherwise."""
     kind_module(condition.kind).check_condition(condition)
 
 
@@ -66,7 +67,9 @@ def params_json(params: dict) -> str:
 
 __all__ = [
     "KINDS",
+    "PARAM_BOUNDS",
     "SHARED_KEY",
+    "ConditionError",
     "check_condition",
     "kind_module",
     "params_json",

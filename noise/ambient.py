@@ -19,7 +19,7 @@ KIND = "ambient"
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
     check_param_keys(condition, {"level_dbfs"})
-    return {"level_dbfs": param_range(condition, "level_dbfs", at_most=0.0)}
+    return {"level_dbfs": param_range(condition, "level_dbfs")}
 
 
 def sample_params(

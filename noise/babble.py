@@ -21,12 +21,10 @@ KIND = "babble"
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
     check_param_keys(condition, {"speakers", "level_dbfs"})
-    speakers = param_range(condition, "speakers", integer=True)
-    if speakers[0] < 1:
-        raise ValueError(
-            f"condition {condition.name!r} (babble), params.speakers: min {speakers[0]} must be >= 1"
-        )
-    return {"speakers": speakers, "level_dbfs": param_range(condition, "level_dbfs", at_most=0.0)}
+    return {
+        "speakers": param_range(condition, "speakers", integer=True),
+        "level_dbfs": param_range(condition, "level_dbfs"),
+    }
 
 
 def sample_params(

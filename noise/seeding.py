@@ -13,12 +13,30 @@ import math
 import numpy as np
 
 from redvox.schemas import NoiseCondition
+from redvox.schemas.errors import UserError
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 
 # entry_key of conditions whose rows all share one clip.
 SHARED_KEY = "__shared__"
 # Looping a shorter snippet turns noise or speech into an audible periodic buzz.
 MIN_SOURCE_S = 1.0
+# Physical bounds of every condition parameter, inclusive: the one place they live.
+# Outside them a range is a typo or a unit mistake, not a condition: an SNR of 1e308
+# overflows, -400 dBFS renders digital silence, 100 speakers are no longer babble.
+#   snr_db      [-20, 60] dB    speech-to-noise ratio of speech_ambient
+#   level_dbfs  [-80, 0] dBFS   absolute RMS level of ambient and babble
+#   speakers    [1, 16]         distinct voices of babble (integers)
+# A condition's duration_s lies in (0, 60] s and its name matches ^[a-z][a-z0-9_]*$
+# in at most 64 characters (both checked by NoiseCondition itself).
+PARAM_BOUNDS: dict[str, tuple[float, float, str]] = {
+    "snr_db": (-20.0, 60.0, "dB"),
+    "level_dbfs": (-80.0, 0.0, "dBFS"),
+    "speakers": (1, 16, "speakers"),
+}
+
+
+class ConditionError(UserError, ValueError):
+    """A condition whose params cannot be drawn from; the message names it and the field."""
 
 
 def rng_for(seed: int, entry_key: str, condition: str) -> np.random.Generator:
@@ -27,25 +45,32 @@ def rng_for(seed: int, entry_key: str, condition: str) -> np.random.Generator:
 
 
 def param_range(
-    condition: NoiseCondition, key: str, *, integer: bool = False, at_most: float | None = None
+    condition: NoiseCondition, key: str, *, integer: bool = False
 ) -> tuple[float, float]:
-    """`condition.params[key]` as a validated `(min, max)` pair."""
+    """`condition.params[key]` as a validated `(min, max)` pair within PARAM_BOUNDS[key]."""
     where = f"condition {condition.name!r} ({condition.kind}), params.{key}"
+    lowest, highest, unit = PARAM_BOUNDS[key]
+    allowed = f"{key} must lie within [{lowest}, {highest}] {unit}"
     if key not in condition.params:
-        raise ValueError(f"{where}: missing; give a [min, max] range")
+        raise ConditionError(f"{where}: missing; give a [min, max] range")
     value = condition.params[key]
     if not isinstance(value, list | tuple) or len(value) != 2:
-        raise ValueError(f"{where}: {value!r} is not a [min, max] range")
+        raise ConditionError(f"{where}: {value!r} is not a [min, max] range")
     low, high = value
     kinds = (int,) if integer else (int, float)
     if not all(isinstance(v, kinds) and not isinstance(v, bool) for v in value):
-        raise ValueError(f"{where}: {value!r} must hold two {'integers' if integer else 'numbers'}")
-    if not all(math.isfinite(v) for v in value):
-        raise ValueError(f"{where}: {value!r} must be finite")
+        raise ConditionError(
+            f"{where}: {value!r} must hold two {'integers' if integer else 'numbers'}"
+        )
+    # ints are finite (and math.isfinite would overflow on a 400-digit one)
+    if not all(isinstance(v, int) or math.isfinite(v) for v in value):
+        raise ConditionError(f"{where}: {value!r} must be finite; {allowed}")
     if low > high:
-        raise ValueError(f"{where}: min {low} is greater than max {high}; swap them")
-    if at_most is not None and high > at_most:
-        raise ValueError(f"{where}: max {high} is above {at_most}")
+        raise ConditionError(f"{where}: min {low} is greater than max {high}; swap them")
+    if low < lowest:
+        raise ConditionError(f"{where}: min {low} must be >= {lowest}; {allowed}")
+    if high > highest:
+        raise ConditionError(f"{where}: max {high} is above {highest}; {allowed}")
     return low, high
 
 
@@ -53,7 +78,7 @@ def check_param_keys(condition: NoiseCondition, allowed: set[str]) -> None:
     """A misspelt key would otherwise be ignored and the kind's range silently missing."""
     unknown = sorted(set(condition.params) - allowed)
     if unknown:
-        raise ValueError(
+        raise ConditionError(
             f"condition {condition.name!r} ({condition.kind}): unknown params {unknown}; "
             f"this kind takes {sorted(allowed) or 'no params'}"
         )

@@ -68,6 +68,9 @@ def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -
 
     speech = _checked_speech(params, speech)
     noise_path = bank.path(params["file"])
+    # audiomentations reads the file itself; NoiseBank.load first refuses a file with
+    # NaN/inf samples with a NoiseBankError naming it (librosa would raise its own error).
+    bank.load(params["file"])
     transform = AddBackgroundNoise(
         sounds_path=noise_path,
         min_snr_db=params["snr_db"],

@@ -35,6 +35,26 @@ class ItemSelection(BaseModel):
         return self
 
 
+# Sample rates a recording or noise file may declare; outside them the header is corrupt
+# (a "1 Hz" WAV of 16 KB would resample to 128 M samples) or the audio is not speech.
+MIN_SOURCE_RATE = 8_000
+MAX_SOURCE_RATE = 384_000
+
+
+class AudioLimits(BaseModel):
+    """Bounds a contributed recording must respect before it is decoded at all, so that
+    one bad file costs a quarantine line, not the memory or the time of a build.
+
+    Checked from the file size and the header; decoding also stops as soon as a
+    recording turns out longer than `max_duration_s`. The longest real take is under
+    30 s, so the defaults leave ample room. `max_file_mb` is in 10^6 bytes."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    max_duration_s: float = Field(default=120.0, gt=0, le=4 * 3600, allow_inf_nan=False)
+    max_file_mb: float = Field(default=512.0, gt=0, le=16_384, allow_inf_nan=False)
+    max_channels: int = Field(default=8, ge=1, le=64)
+
+
 class InputConfig(BaseModel):
     """Paths of every input of a build. Relative paths are resolved against the
     folder of the YAML file that declares them."""
@@ -56,6 +76,9 @@ class InputConfig(BaseModel):
     )
     items: ItemSelection = Field(default_factory=ItemSelection)
     synthetic: bool = Field(default=False, description="true for the embedded demo corpus")
+    audio_limits: AudioLimits = Field(
+        default_factory=AudioLimits, description="size, duration and channel bounds of a recording"
+    )
 
     @classmethod
     def load(cls, path: str | Path) -> InputConfig:

@@ -185,12 +185,15 @@ class NoiseCondition(_Record):
     """A distracting-audio condition; `name` becomes the rows' `audio_type`.
 
     `params` holds the kind's ranges (e.g. `snr_db: [0, 15]`); the values drawn
-    from them for a clip are recorded on every row that uses it.
+    from them for a clip are recorded on every row that uses it. Their physical
+    bounds (snr_db [-20, 60] dB, level_dbfs [-80, 0] dBFS, speakers [1, 16]) are
+    checked by `redvox.noise.check_condition` (noise/seeding.py PARAM_BOUNDS).
     """
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    # At most 64 characters: the name becomes a folder name (`variants add`) and a column value.
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
     kind: NoiseKind
-    duration_s: float = Field(default=6.0, gt=0, le=60)
+    duration_s: float = Field(default=6.0, gt=0, le=60, allow_inf_nan=False)
     sampling: Literal["shared", "per_entry"] = "shared"
     params: dict[str, Any] = Field(default_factory=dict)
     description: str = ""

@@ -9,6 +9,13 @@ file, `<file stem> <fields...>`. MUSAN itself names no speakers (Kaldi recipes
 treat every speech file as its own speaker), so a file's speaker is its stem
 unless its line carries a `speaker=<id>` field: that is how a bank says that
 two files share a voice, so babble never mixes a speaker with itself.
+
+Bank files fail closed with a NoiseBankError that names the file: a header whose
+rate lies outside MIN_SOURCE_RATE..MAX_SOURCE_RATE, more than MAX_CHANNELS channels
+or more than MAX_NOISE_FILE_S of audio when the bank is read; NaN/inf samples when a
+file is first loaded for a clip (the build stops rather than render from it: a file
+is never silently dropped, which would change what every later draw picks).
+ANNOTATIONS must be UTF-8.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import soxr
 from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE
 from redvox.schemas.errors import UserError
 
 CATEGORIES: tuple[str, ...] = ("noise", "speech", "music")
@@ -37,6 +45,9 @@ EXPECTED_LAYOUT = (
 CACHE_BYTES = 256 * 2**20
 # Hashing a full MUSAN copy (11 GB) takes minutes; a small bank needs no progress bar.
 PROGRESS_BYTES = 256 * 2**20
+# MUSAN's longest files (music) last minutes; an hour is 230 MB once decoded to 16 kHz.
+MAX_NOISE_FILE_S = 3600.0
+MAX_CHANNELS = 8
 
 
 class NoiseBankError(UserError, ValueError):
@@ -186,7 +197,16 @@ def _read_annotations(source_dir: Path, stems: set[str]) -> dict[str, str]:
         return {}
     speakers: dict[str, str] = {}
     seen: set[str] = set()
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data.count(b"\n", 0, err.start) + 1
+        raise NoiseBankError(
+            f"{path}, line {line} (byte {err.start}): not valid UTF-8 ({err.reason}); "
+            "re-save the file as UTF-8"
+        ) from None
+    for number, line in enumerate(text.splitlines(), start=1):
         fields = line.split()
         if not fields or fields[0].startswith("#"):
             continue
@@ -214,6 +234,21 @@ def _noise_file(root: Path, path: Path, category: str, speaker: str) -> NoiseFil
         raise NoiseBankError(
             f"{path}: not a readable WAV file ({err}); replace or remove it"
         ) from err
+    if not MIN_SOURCE_RATE <= info.samplerate <= MAX_SOURCE_RATE:
+        raise NoiseBankError(
+            f"{path}: the header declares a sample rate of {info.samplerate} Hz, outside "
+            f"{MIN_SOURCE_RATE}-{MAX_SOURCE_RATE} Hz; replace or remove the file"
+        )
+    if not 1 <= info.channels <= MAX_CHANNELS:
+        raise NoiseBankError(
+            f"{path}: {info.channels} channels (1 to {MAX_CHANNELS} allowed); "
+            "replace or remove the file"
+        )
+    if info.frames / info.samplerate > MAX_NOISE_FILE_S:
+        raise NoiseBankError(
+            f"{path}: {info.frames / info.samplerate:.0f} s of audio, longer than the "
+            f"{MAX_NOISE_FILE_S:.0f} s a noise file may last; cut it into shorter files"
+        )
     return NoiseFile(
         rel=path.relative_to(root).as_posix(),
         category=category,
@@ -231,6 +266,12 @@ def _decode(path: Path) -> np.ndarray:
     mono = audio.mean(axis=1, dtype=np.float32)
     if rate != SAMPLE_RATE:
         mono = soxr.resample(mono, rate, SAMPLE_RATE).astype(np.float32)
+    # NaN/inf in the source stay non-finite through the mean and the resampler.
+    if not np.isfinite(mono).all():
+        raise NoiseBankError(
+            f"{path}: non-finite samples (NaN/inf); the build will not render a clip from it: "
+            "re-export the file as 16-bit PCM, or remove it from the bank"
+        )
     return np.ascontiguousarray(mono)
 
 

@@ -150,3 +150,33 @@ def test_unreadable_wav_is_named(musan: Path):
     (musan / "noise/free-sound/broken.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
     with pytest.raises(NoiseBankError, match="broken.wav: not a readable WAV"):
         read_noise_bank(musan)
+
+
+def test_annotations_that_are_not_utf8_name_the_line(musan: Path):
+    annotations = musan / "speech/librivox/ANNOTATIONS"
+    annotations.write_bytes(b"anna-1 f english speaker=anna\nben m fran\xe7ais\n")
+    with pytest.raises(NoiseBankError, match=r"line 2 \(byte 40\): not valid UTF-8") as err:
+        read_noise_bank(musan)
+    assert str(annotations) in str(err.value) and "re-save the file as UTF-8" in str(err.value)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_noise_file_with_non_finite_samples_is_named_when_loaded(musan: Path, bad: float):
+    samples = np.random.default_rng(0).normal(0, 0.1, 2 * RATE).astype(np.float32)
+    samples[RATE] = bad
+    sf.write(musan / "noise/free-sound/float.wav", samples, RATE, subtype="FLOAT")
+    bank = read_noise_bank(musan)
+    with pytest.raises(NoiseBankError, match=r"float\.wav: non-finite samples \(NaN/inf\)"):
+        bank.excerpt("noise/free-sound/float.wav", 0.0, RATE)
+
+
+def test_noise_file_with_an_absurd_header_is_refused_when_the_bank_is_read(musan: Path):
+    path = musan / "noise/free-sound/one-hz.wav"
+    write_wav(path, 0.5)
+    data = bytearray(path.read_bytes())
+    data[24:28] = (1).to_bytes(4, "little")  # the fmt chunk's sample rate
+    path.write_bytes(bytes(data))
+    with pytest.raises(
+        NoiseBankError, match=r"one-hz\.wav: the header declares a sample rate of 1 Hz"
+    ):
+        read_noise_bank(musan)

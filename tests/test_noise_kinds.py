@@ -244,3 +244,21 @@ def test_demo_bank_renders_every_declared_condition():
             assert audio.size == 96_000, name
         if condition.kind == "babble":
             assert len({v["speaker"] for v in params["speakers"]}) >= 3
+
+
+@pytest.mark.parametrize("kind", ["ambient", "speech_ambient"])
+def test_a_noise_file_with_nan_stops_the_render_naming_the_file(tmp_path: Path, kind: str):
+    samples = np.random.default_rng(3).normal(0, 0.05, 4 * RATE)
+    samples[RATE:] = np.nan
+    write_wav(tmp_path / "musan/noise/synth/nan.wav", samples)
+    bank = read_noise_bank(tmp_path)
+    if kind == "ambient":
+        condition = NoiseCondition(name="noise_z", kind=kind, params={"level_dbfs": [-30, -30]})
+        params = noise.sample_params(condition, bank, seed=SEED, entry_key="k")
+        speech = None
+    else:
+        condition = NoiseCondition(name="noise_z", kind=kind, params={"snr_db": [10, 10]})
+        speech = speech_recording(3.0)
+        params = noise.sample_params(condition, bank, seed=SEED, entry_key="k", duration_s=3.0)
+    with pytest.raises(NoiseBankError, match=r"nan\.wav: non-finite samples \(NaN/inf\)"):
+        noise.render(params, bank, speech=speech)

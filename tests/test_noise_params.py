@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from redvox import noise
+from redvox.builder.variants import VariantError, load_condition
 from redvox.builder.versions import VERSIONS
 from redvox.noise.levels import dbfs, scale_to_dbfs, snr_db
 from redvox.noise.seeding import draw_offset, rng_for
-from redvox.schemas import NoiseCondition
+from redvox.schemas import NoiseCondition, UserError
 
 
 def test_rng_depends_on_seed_entry_and_condition_only():
@@ -78,3 +80,63 @@ def test_levels_in_dbfs():
     assert dbfs(np.zeros(10)) == -np.inf
     with pytest.raises(ValueError, match="digital silence"):
         scale_to_dbfs(np.zeros(10), -30.0)
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (condition("speech_ambient", snr_db=[0, 1e308]), r"params.snr_db: max 1e\+308 is above 60"),
+        (condition("speech_ambient", snr_db=[-30, 10]), r"params.snr_db: min -30 must be >= -20"),
+        (condition("speech_ambient", snr_db=[0, 10**400]), r"params.snr_db: max 1000.* is above"),
+        (
+            condition("ambient", level_dbfs=[-400, -30]),
+            r"params.level_dbfs: min -400 must be >= -80",
+        ),
+        (condition("ambient", level_dbfs=[float("nan"), -30]), r"level_dbfs: .* must be finite"),
+        (
+            condition("babble", speakers=[0, 3], level_dbfs=[-30, -20]),
+            "speakers: min 0 must be >= 1",
+        ),
+        (condition("babble", speakers=[3, 100], level_dbfs=[-30, -20]), "max 100 is above 16"),
+    ],
+)
+def test_params_outside_physical_bounds_are_user_errors(bad: NoiseCondition, message: str):
+    with pytest.raises(noise.ConditionError, match=message) as err:
+        noise.check_condition(bad)
+    assert isinstance(err.value, UserError) and "'noise_z'" in str(err.value)
+    assert "must lie within [" in str(err.value)
+
+
+def test_condition_name_and_duration_are_bounded():
+    assert NoiseCondition(name="n" * 64, kind="silence").name == "n" * 64
+    for bad in (
+        {"name": "n" * 5000},
+        {"name": "Noise"},
+        {"name": "noise_z", "duration_s": float("nan")},
+        {"name": "noise_z", "duration_s": float("inf")},
+        {"name": "noise_z", "duration_s": 0},
+    ):
+        with pytest.raises(ValidationError) as err:
+            NoiseCondition(kind="silence", **bad)
+        assert ("duration_s" if "duration_s" in bad else "name") in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("yaml_text", "field"),
+    [
+        ("name: noise_z\nkind: speech_ambient\nparams: {snr_db: [0, 1e308]}\n", "snr_db"),
+        ("name: noise_z\nkind: ambient\nparams: {level_dbfs: [-400, -30]}\n", "level_dbfs"),
+        (
+            "name: noise_z\nkind: babble\nparams: {speakers: [0, 3], level_dbfs: [-30, -20]}\n",
+            "speakers",
+        ),
+        ("name: noise_z\nkind: ambient\nparams: {level_dbfs: [.nan, -30]}\n", "level_dbfs"),
+        (f"name: {'n' * 5000}\nkind: silence\n", "name"),
+    ],
+)
+def test_variants_add_reports_a_bad_condition_file_in_one_line(tmp_path, yaml_text, field):
+    path = tmp_path / "condition.yaml"
+    path.write_text(yaml_text)
+    with pytest.raises(VariantError, match="not a usable noise condition") as err:
+        load_condition(path)
+    assert field in str(err.value)

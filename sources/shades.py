@@ -6,11 +6,20 @@ Type, ..., English: Biased Sentences, ...`, often with stray spaces). Both are
 mapped onto the released column names, so the rest of the reader sees one
 layout.
 
-Item ids: the released layout writes `1.0` for an original stereotype and
-`7.1` for a variant of item 7; the raw sheet may write the original as a bare
-`7`. A bare integer is therefore read as `<n>.0` and a leading zero dropped,
-so both layouts give the same `shades:7.0` key; the fraction is kept as
-written (`7.10` and `7.1` are different variants).
+Item ids. SHADES exports number variants in one of two ways, and both occur:
+- numbered: `7.0` is stereotype 7 and `7.1`, `7.2` its variants, each row with
+  its own index;
+- lettered: the contrastive rewrites of a stereotype repeat its index and are
+  told apart by `subset` (`_original`, then `a`, `b`, ...), so `1.0` is the index
+  of several rows.
+The id is the index, plus `-<subset>` for a lettered rewrite of an original
+(`N.0`): `7.1`, `1.0`, `1.0-a`; a numbered variant keeps its number whatever
+its subset says. It depends only on the row's own cells, never on row order. The raw
+sheet may write the original as a bare `7`: a bare integer is read as `<n>.0`
+and a leading zero dropped, so both layouts give the same `shades:7.0` key; the
+fraction is kept as written (`7.10` and `7.1` are different variants). Two rows
+with the same id and different sentences are both refused: which one a key
+means must not depend on which comes first.
 """
 
 from __future__ import annotations
@@ -36,7 +45,10 @@ REQUIRED_COLUMNS = ("index", "bias_type", *SENTENCE_COLUMNS.values())
 # Python-literal list columns: RedVox does not use them, but a broken one
 # usually means the row was damaged by an export, so it is reported.
 LIST_COLUMNS = ("stereotype_origin_langs", "stereotype_valid_langs", "stereotype_valid_regions")
-_INDEX = re.compile(r"^(\d+)(?:\.(\d+))?$")
+_INDEX = re.compile(r"^(\d+)(?:\.(\d+))?(?:-([a-z]+))?$", re.IGNORECASE)
+# `subset` of the row a variant rewrites; a blank subset means the same.
+ORIGINAL_SUBSET = "_original"
+_SUBSET = re.compile(r"^[a-z]+$", re.IGNORECASE)
 
 
 def shades_column(raw: str) -> str:
@@ -54,27 +66,55 @@ def _snake(text: str) -> str:
 
 
 def normalize_shades_index(raw: str | None) -> str | None:
-    """'7' -> '7.0', '07.1' -> '7.1'; None for anything that is not an index."""
+    """'7' -> '7.0', '07.1' -> '7.1', '1.0-A' -> '1.0-a'; None for anything else."""
     match = _INDEX.match(raw.strip()) if raw else None
     if not match:
         return None
-    return f"{int(match[1])}.{match[2] or '0'}"
+    subset = f"-{match[3].lower()}" if match[3] else ""
+    return f"{int(match[1])}.{match[2] or '0'}{subset}"
 
 
 def read_shades(path: str | Path) -> ReadResult[SourceItem]:
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="SHADES file", header=shades_column)
     return unique_items(
-        table, file, _item, field="index", advice="give each stereotype its own index"
+        table,
+        file,
+        _item,
+        field="index",
+        advice="give each stereotype its own index, or its own subset letter",
     )
+
+
+def shades_item_id(index: str | None, subset: str | None) -> str | None:
+    """The item id of a row: its index, plus `-<subset>` for a lettered rewrite of an
+    original; None when the index or the subset is not one SHADES writes."""
+    number = normalize_shades_index(index)
+    if number is None or "-" in number:
+        return None
+    if subset is None or subset.casefold() == ORIGINAL_SUBSET:
+        return number
+    if not _SUBSET.match(subset):
+        return None
+    # A numbered variant (7.1) has an index of its own; only a rewrite that shares
+    # its original's index (1.0) needs the letter.
+    return f"{number}-{subset.lower()}" if number.endswith(".0") else number
 
 
 def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:
     cells = row.cells
-    item_id = normalize_shades_index(cells["index"])
+    item_id = shades_item_id(cells["index"], cells.get("subset"))
     if item_id is None:
-        message = f"{cells['index']!r} is not a SHADES index like 7.1; row skipped, fix the index"
-        return None, [Problem(file, row.line, "index", message)]
+        if normalize_shades_index(cells["index"]) is None or "-" in (cells["index"] or ""):
+            message = (
+                f"{cells['index']!r} is not a SHADES index like 7.1; row skipped, fix the index"
+            )
+            return None, [Problem(file, row.line, "index", message)]
+        message = (
+            f"{cells['subset']!r} is not a subset SHADES writes ({ORIGINAL_SUBSET} or a letter "
+            "such as a); row skipped, fix the subset"
+        )
+        return None, [Problem(file, row.line, "subset", message)]
     problems = _list_problems(row, file)
     missing = [lang for lang, column in SENTENCE_COLUMNS.items() if not cells[column]]
     if missing:
@@ -92,10 +132,22 @@ def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:
         "item_id": item_id,
         "vulnerability_type": "stereotype",
         "text": {lang: cells[column] for lang, column in SENTENCE_COLUMNS.items()},
-        "source_category": cells["bias_type"] or "",
+        "source_category": _category(cells["bias_type"]),
     }
     item, errors = validate_row(SourceItem, data, file, row.line)
     return item, problems + errors
+
+
+def _category(raw: str | None) -> str:
+    """`bias_type` as text: the released file writes a list literal (`['gender']`)."""
+    if raw and raw.startswith("["):
+        try:
+            parsed = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            return raw
+        if isinstance(parsed, list) and all(isinstance(v, str) for v in parsed):
+            return ", ".join(parsed)
+    return raw or ""
 
 
 def _list_problems(row: TableRow, file: str) -> list[Problem]:

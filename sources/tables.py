@@ -131,24 +131,32 @@ def unique_items(
     field: str,
     advice: str,
 ) -> ReadResult[Any]:
-    """One item per usable row of `table`; a row whose item id is already used is
-    reported (with the line of the first use) and skipped."""
+    """One item per usable item id of `table`, whatever the row order: rows that repeat
+    an id with the same content are one item (the repeats reported); rows that give one
+    id different content are all refused, since none of them can be told to be right."""
     result = ReadResult[Any]([], list(table.problems))
-    first_line: dict[str, int] = {}
+    by_id: dict[str, list[tuple[int, Any]]] = {}
     for row in table.records:
         item, problems = to_item(row, file)
         result.problems.extend(problems)
-        if item is None:
+        if item is not None:
+            by_id.setdefault(item.item_id, []).append((row.line, item))
+    for item_id, rows in by_id.items():
+        first_line, item = rows[0]
+        if all(other == item for _, other in rows):
+            result.records.append(item)
+            for line, _ in rows[1:]:
+                message = f"{field} {item_id} repeats line {first_line} exactly; read once"
+                result.problems.append(Problem(file, line, field, message))
             continue
-        if item.item_id in first_line:
+        lines = [line for line, _ in rows]
+        for line in lines:
+            others = ", ".join(str(n) for n in lines if n != line)
             message = (
-                f"{field} {item.item_id} already used on line {first_line[item.item_id]}; "
-                f"row skipped, {advice}"
+                f"{field} {item_id} is also used on line(s) {others} with other content; "
+                f"none of these rows is used, {advice}"
             )
-            result.problems.append(Problem(file, row.line, field, message))
-            continue
-        first_line[item.item_id] = row.line
-        result.records.append(item)
+            result.problems.append(Problem(file, line, field, message))
     return result
 
 

@@ -72,7 +72,7 @@ def test_bad_rows_name_line_and_field(tmp_path):
     found = {(p.row, p.field): p.message for p in result.problems}
     assert set(found) == {(2, "category"), (3, "id"), (4, "id"), (5, "fr"), (6, "category")}
     assert "misc_other" in found[2, "category"]
-    assert "already used on line 1" in found[3, "id"]
+    assert "repeats line 1 exactly" in found[3, "id"]
     assert "'abc' is not a whole number" in found[4, "id"]
     assert str(result.problems[0]).startswith(f"{path}:2: category: ")
 

@@ -6,9 +6,14 @@ Every reader goes through here so the same rules hold for every input:
   surrounding whitespace is stripped; numbers become their text (`10330.0`,
   how pandas writes an integer column with gaps, becomes `10330`);
 - header names have their whitespace collapsed (exports add stray spaces);
-- line numbers are what an editor shows: the CSV header is line 1 and a
-  record spanning several lines is numbered by its first line; JSONL line n is
-  row n; parquet rows are numbered from 1;
+- line numbers are what an editor shows: the CSV header is its first non-blank
+  line (line 1); JSONL line n is row n; parquet rows are numbered from 1;
+- a CSV record is one physical line (LF, CRLF or CR). A stray quote, a line
+  break inside a quoted cell, text after a closing quote, or more or fewer cells
+  than the header is reported on its own line and that line is not a row; every
+  other line is still read, so a quote left open never swallows the lines after
+  it. Every non-blank data line is a row or is named by a Problem, and the
+  result counts them (`LineCount`);
 - text is decoded as UTF-8 (a byte-order mark is allowed) and nothing else:
   guessing another encoding would silently corrupt names and sentences;
 - the file is only read, never written.
@@ -189,7 +194,7 @@ def _check_columns(
 ) -> TableRead:
     if any(p.fatal for p in raw.problems):
         return TableRead([], raw.problems)
-    problems = list(raw.problems)
+    problems: list[Problem] = []  # the header's first, then the lines' in order
     names = [header(c) for c in raw.columns]
     first_index: dict[str, int] = {}
     twice = (
@@ -208,6 +213,7 @@ def _check_columns(
         problems.append(Problem(file, raw.header_line, column, message, fatal=True))
     if missing:
         return TableRead([], problems)
+    problems += raw.problems
     if not raw.data_lines:
         problems.append(Problem(file, None, None, "has no data rows; export it again", True))
         return TableRead([], problems)

@@ -1,8 +1,11 @@
 """`redvox sources check`: read every input of a config and show what a build would get.
 
 A private, maintainer-only command: speakers are shown by their participant
-key. Exit status 1 when an input is unusable, 0 otherwise (row problems are
-listed but do not stop a build: those rows are skipped).
+key. Exit status 1 when a build would stop (an input is unusable, or a row of
+a private registry cannot be read exactly), 0 otherwise (other row problems are
+listed but do not stop a build: those rows are skipped). Per table input it
+shows how many data lines were read and how many became records: every other
+line is named in the problems.
 """
 
 from __future__ import annotations
@@ -88,7 +91,7 @@ def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
     for contribution in tqdm(inputs.contributions, desc="decoding", disable=not progress):
         path = root / contribution.audio_file
         try:
-            found = audio_problems(decode_audio(path))
+            found = audio_problems(decode_audio(path, limits=inputs.config.audio_limits))
         except AudioDecodeError as exc:
             found = [str(exc).removeprefix(f"{path}: ")]
         problems += [
@@ -100,11 +103,28 @@ def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
 
 def summary_tables(inputs: Inputs) -> list[tuple[str, str]]:
     return [
+        (
+            "Lines read per input (each line not read is listed under problems)",
+            _lines_table(inputs),
+        ),
         (f"Selected items ({len(inputs.items)}) per language", _items_table(inputs)),
         (f"Contributions ({len(inputs.contributions)}) per language", _language_table(inputs)),
         ("Contributions per speaker (private: participant keys)", _speaker_table(inputs)),
         ("Consent states", _consent_table(inputs)),
     ]
+
+
+def _lines_table(inputs: Inputs) -> str:
+    rows = []
+    for read in inputs.line_counts:
+        name = Path(read.file).name
+        if read.lines is None:
+            rows.append([read.name, name, "unusable: see below", ""])
+            continue
+        count = read.lines
+        summary = f"{count.lines} lines read, {count.records} records"
+        rows.append([read.name, name, summary, count.not_read])
+    return tabulate(rows, headers=["input", "file", "read", "lines not read"])
 
 
 def _items_table(inputs: Inputs) -> str:

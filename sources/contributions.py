@@ -43,7 +43,7 @@ def read_contributions(
 ) -> ReadResult[Contribution]:
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
-    result = ReadResult[Contribution]([], list(table.problems))
+    result = ReadResult[Contribution]([], list(table.problems), table.lines)
     root = Path(os.path.abspath(audio_root))
     if not root.is_dir():
         message = "audio folder not found; check audio_root in the input config"

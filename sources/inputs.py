@@ -3,11 +3,13 @@
 Readers of later inputs are told what earlier ones hold (the selected item
 keys, the registered participants) so contributions are checked against them;
 when an earlier input is unusable that check is skipped rather than reporting
-every contribution as unknown.
+every contribution as unknown. Consent rows are checked against the registered
+participants the same way (an unregistered key is fatal).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from redvox.schemas import ConsentRecord, Contribution, InputConfig, Participant
 
 from .contributions import read_contributions
 from .malert import read_malert
-from .problems import Problem, ReadResult
+from .problems import LineCount, Problem, ReadResult
 from .registry import read_consent, read_participants
 from .selection import select_items
 from .shades import read_shades
@@ -29,6 +31,17 @@ T = TypeVar("T")
 
 # The inputs whose bytes the build manifest pins.
 HASHED_INPUTS = ("shades", "malert", "contributions", "participants", "consent")
+# The table inputs, in the order `redvox sources check` lists their line counts.
+TABLE_INPUTS = ("shades", "malert", "participants", "consent", "contributions")
+
+
+@dataclass(frozen=True)
+class InputLines:
+    """How the data lines of one table input were read (None: the file was unusable)."""
+
+    name: str
+    file: str
+    lines: LineCount | None
 
 
 @dataclass
@@ -40,6 +53,7 @@ class Inputs:
     contributions: list[Contribution]
     problems: list[Problem]
     input_hashes: dict[str, str]
+    line_counts: list[InputLines] = dataclasses.field(default_factory=list)
 
     @property
     def fatal(self) -> bool:
@@ -61,7 +75,13 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         read_items = shades.records + malert.records
         selected = step("items", lambda: select_items(read_items, config.items))
         participants = step("participants", lambda: read_participants(config.participants))
-        consent = step("consent", lambda: read_consent(config.consent))
+        registered = {p.participant_key for p in participants.records}
+        consent = step(
+            "consent",
+            lambda: read_consent(
+                config.consent, participant_keys=registered if participants.lines else None
+            ),
+        )
         items_known = not (shades.fatal or malert.fatal or selected.fatal)
         contributions = step(
             "contributions",
@@ -83,6 +103,12 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         contributions=contributions.records,
         problems=[p for r in results for p in r.problems] + _folder_problems(config),
         input_hashes=input_hashes(config),
+        line_counts=[
+            InputLines(name, str(getattr(config, name)), result.lines)
+            for name, result in zip(
+                TABLE_INPUTS, (shades, malert, participants, consent, contributions), strict=True
+            )
+        ],
     )
 
 

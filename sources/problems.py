@@ -33,10 +33,25 @@ class Problem:
         )
 
 
+@dataclass(frozen=True)
+class LineCount:
+    """What a reader made of an input's data lines (the header and blank lines are not
+    counted): `lines` were read and `records` of them became rows; each of the other
+    lines is named by a Problem, so nothing is lost without a report."""
+
+    lines: int
+    records: int
+
+    @property
+    def not_read(self) -> int:
+        return self.lines - self.records
+
+
 @dataclass
 class ReadResult(Generic[T]):
     records: list[T] = dataclasses.field(default_factory=list)
     problems: list[Problem] = dataclasses.field(default_factory=list)
+    lines: LineCount | None = None  # None when the input could not be read at all
 
     @property
     def fatal(self) -> bool:

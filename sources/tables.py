@@ -6,9 +6,14 @@ Every reader goes through here so the same rules hold for every input:
   surrounding whitespace is stripped; numbers become their text (`10330.0`,
   how pandas writes an integer column with gaps, becomes `10330`);
 - header names have their whitespace collapsed (exports add stray spaces);
-- line numbers are what an editor shows: the CSV header is line 1 and a
-  record spanning several lines is numbered by its first line; JSONL line n is
-  row n; parquet rows are numbered from 1;
+- line numbers are what an editor shows: the CSV header is its first non-blank
+  line (line 1); JSONL line n is row n; parquet rows are numbered from 1;
+- a CSV record is one physical line (LF, CRLF or CR). A stray quote, a line
+  break inside a quoted cell, text after a closing quote, or more or fewer cells
+  than the header is reported on its own line and that line is not a row; every
+  other line is still read, so a quote left open never swallows the lines after
+  it. Every non-blank data line is a row or is named by a Problem, and the
+  result counts them (`LineCount`);
 - text is decoded as UTF-8 (a byte-order mark is allowed) and nothing else:
   guessing another encoding would silently corrupt names and sentences;
 - the file is only read, never written.
@@ -17,6 +22,7 @@ Every reader goes through here so the same rules hold for every input:
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 import math
@@ -25,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .problems import Problem, ReadResult
+from .problems import LineCount, Problem, ReadResult
 
 FORMATS: dict[str, str] = {
     ".csv": "csv",
@@ -95,12 +101,17 @@ def read_table(
     *,
     what: str = "input file",
     header: Callable[[str], str] = collapse_whitespace,
-) -> ReadResult[TableRow]:
+    fail_closed: str | None = None,
+) -> TableRead:
     """Rows of a CSV, JSONL or parquet file (chosen by extension) with their line numbers.
 
     `header` maps each raw column name to the name readers use. A missing
     file, an empty one, a wrong encoding or a missing `required` column is
-    fatal and yields no rows.
+    fatal and yields no rows. A line that cannot be read as one row (quoting,
+    cell count) is reported and left out of `records`; its cells, as far as
+    they can be made out, are in `rejected`. With `fail_closed` (the private
+    registries) every problem is fatal and row messages say `fail_closed`
+    instead of "row skipped".
     """
     path = Path(path)
     file = str(path)
@@ -109,18 +120,22 @@ def read_table(
         message = (
             f"{what} has an unknown extension {path.suffix!r}; use one of {', '.join(FORMATS)}"
         )
-        return ReadResult([], [Problem(file, None, None, message, fatal=True)])
+        return TableRead([], [Problem(file, None, None, message, fatal=True)])
     data, problem = read_bytes(path, what)
     if problem:
-        return ReadResult([], [problem])
+        return TableRead([], [problem])
+    consequence = fail_closed or "row skipped"
     if kind == "parquet":
-        result = _parquet_rows(data, file)
+        raw = _parquet_rows(data, file)
     else:
         text, problem = decode_utf8(data, file)
         if problem:
-            return ReadResult([], [problem])
-        result = _csv_rows(text, file) if kind == "csv" else _jsonl_rows(text, file)
-    return _check_columns(result, file, required, header, header_line=1 if kind == "csv" else None)
+            return TableRead([], [problem])
+        raw = (_csv_rows if kind == "csv" else _jsonl_rows)(text, file, consequence)
+    result = _check_columns(raw, file, required, header, fail_closed)
+    if fail_closed:
+        result.problems = [dataclasses.replace(p, fatal=True) for p in result.problems]
+    return result
 
 
 def unique_items(
@@ -134,7 +149,7 @@ def unique_items(
     """One item per usable item id of `table`, whatever the row order: rows that repeat
     an id with the same content are one item (the repeats reported); rows that give one
     id different content are all refused, since none of them can be told to be right."""
-    result = ReadResult[Any]([], list(table.problems))
+    result = ReadResult[Any]([], list(table.problems), table.lines)
     by_id: dict[str, list[tuple[int, Any]]] = {}
     for row in table.records:
         item, problems = to_item(row, file)
@@ -161,10 +176,21 @@ def unique_items(
 
 
 @dataclass
+class TableRead(ReadResult[TableRow]):
+    """`records`: the rows read; `rejected`: the lines that could not be read as a row
+    (each named by a problem), with whatever cells could be made out of them."""
+
+    rejected: list[TableRow] = dataclasses.field(default_factory=list)
+
+
+@dataclass
 class _RawTable:
     columns: list[str]
     rows: list[tuple[int, list[Any]]]  # (line, cells in column order)
     problems: list[Problem]
+    header_line: int | None = None
+    data_lines: list[int] = dataclasses.field(default_factory=list)  # non-blank, header excluded
+    rejected: list[tuple[int, list[Any]]] = dataclasses.field(default_factory=list)
 
 
 def _check_columns(
@@ -172,78 +198,251 @@ def _check_columns(
     file: str,
     required: Sequence[str],
     header: Callable[[str], str],
-    header_line: int | None,
-) -> ReadResult[TableRow]:
+    fail_closed: str | None,
+) -> TableRead:
     if any(p.fatal for p in raw.problems):
-        return ReadResult([], raw.problems)
-    problems = list(raw.problems)
+        return TableRead([], raw.problems)
+    problems: list[Problem] = []  # the header's first, then the lines' in order
     names = [header(c) for c in raw.columns]
     first_index: dict[str, int] = {}
+    twice = (
+        f"column appears twice; keep one. {fail_closed[:1].upper()}{fail_closed[1:]}"
+        if fail_closed
+        else "column appears twice; only the first one is read"
+    )
     for index, name in enumerate(names):
         if name in first_index:
-            problems.append(
-                Problem(file, header_line, name, "column appears twice; only the first one is read")
-            )
+            problems.append(Problem(file, raw.header_line, name, twice))
         else:
             first_index[name] = index
     missing = [c for c in required if c not in first_index]
     for column in missing:
         message = f"required column is missing; the file has: {', '.join(names) or 'no columns'}"
-        problems.append(Problem(file, header_line, column, message, fatal=True))
+        problems.append(Problem(file, raw.header_line, column, message, fatal=True))
     if missing:
-        return ReadResult([], problems)
-    if not raw.rows:
+        return TableRead([], problems)
+    problems += raw.problems
+    if not raw.data_lines:
         problems.append(Problem(file, None, None, "has no data rows; export it again", True))
-        return ReadResult([], problems)
-    rows = [
-        TableRow(line, {name: _cell(cells, i) for name, i in first_index.items()})
-        for line, cells in raw.rows
-    ]
-    return ReadResult(rows, problems)
+        return TableRead([], problems)
+
+    def row(line: int, cells: list[Any]) -> TableRow:
+        return TableRow(line, {name: _cell(cells, i) for name, i in first_index.items()})
+
+    rows = [row(line, cells) for line, cells in raw.rows]
+    problems += _unaccounted(raw, file)
+    return TableRead(
+        rows,
+        problems,
+        LineCount(len(raw.data_lines), len(rows)),
+        [row(line, cells) for line, cells in raw.rejected],
+    )
+
+
+def _unaccounted(raw: _RawTable, file: str) -> list[Problem]:
+    """Defence in depth: a data line that is neither a row nor named by a problem."""
+    covered = {line for line, _ in raw.rows} | {p.row for p in raw.problems}
+    lost = [line for line in raw.data_lines if line not in covered]
+    if not lost:
+        return []
+    message = (
+        f"{len(lost)} line(s) ({_ranges(lost)}) were neither read nor reported; "
+        "this is a RedVox bug, report it and do not build from this file"
+    )
+    return [Problem(file, lost[0], None, message, fatal=True)]
+
+
+def _ranges(lines: list[int]) -> str:
+    spans: list[list[int]] = []
+    for line in lines:
+        if spans and line == spans[-1][1] + 1:
+            spans[-1][1] = line
+        else:
+            spans.append([line, line])
+    return ", ".join(f"line {a}" if a == b else f"lines {a}-{b}" for a, b in spans)
 
 
 def _cell(cells: list[Any], index: int) -> str | None:
     return cell_text(cells[index]) if index < len(cells) else None
 
 
-def _csv_rows(text: str, file: str) -> _RawTable:
-    reader = csv.reader(io.StringIO(text, newline=""))
+# CSV: one record per physical line. The exports RedVox reads never need a line
+# break inside a cell, so a quoted cell left open at the end of a line is a
+# quoting accident (a stray `"` or a broken cell), not a multi-line record: it
+# is reported where it opens, and every following line is still read on its
+# own instead of being swallowed into that cell as a CSV library would.
+
+_UNCLOSED, _AFTER_QUOTE, _STRAY = "unclosed", "after closing quote", "stray"
+_QUOTING_FIX = 'quote the whole cell ("...", a quote inside it doubled as "") on one line'
+
+
+def _csv_rows(text: str, file: str, consequence: str) -> _RawTable:
     table = _RawTable([], [], [])
-    try:
-        table.columns = next(reader, [])
-        start = reader.line_num + 1
-        for cells in reader:
-            line, start = start, reader.line_num + 1
-            if not any(c.strip() for c in cells):
-                continue
-            if len(cells) > len(table.columns):
-                message = (
-                    f"{len(cells)} cells but the header has {len(table.columns)}; "
-                    "quote cells that contain commas. Row skipped"
-                )
-                table.problems.append(Problem(file, line, None, message))
-                continue
-            table.rows.append((line, cells))
-    except csv.Error as exc:
-        message = f"not a readable CSV file ({exc}); export it again"
-        table.problems.append(Problem(file, reader.line_num, None, message, fatal=True))
+    lines = _physical_lines(text)
+    spans = _csv_library_spans(text)
+    numbered = iter(enumerate(lines, start=1))
+    for number, line in numbered:
+        if line.strip():
+            cells, error = split_csv_line(line)
+            if error:
+                message = _quoting_message(error[1], None, spans.get(number), len(lines))
+                problem = Problem(file, number, None, f"header: {message}; fix the header row")
+                return _RawTable([], [], [dataclasses.replace(problem, fatal=True)])
+            table.columns, table.header_line = cells, number
+            break
+    for number, line in numbered:
+        cells, error = split_csv_line(line)
+        if error is None and not any(c.strip() for c in cells):
+            continue  # a blank line, or one of empty cells only: nothing to read
+        table.data_lines.append(number)
+        problem = _line_problem(cells, error, table.columns, spans.get(number), len(lines))
+        if problem is None:
+            table.rows.append((number, cells))
+            continue
+        field, what, fix = problem
+        opened = [first for first, last in spans.items() if first < number <= last]
+        if opened and error is not None and error[1] != _UNCLOSED:
+            what += f" (it may close the quote opened on line {opened[0]})"
+        elif opened and error is None:
+            what += " (it may be the rest of a cell broken over several lines)"
+        message = f"{what}; {fix}. {consequence[:1].upper()}{consequence[1:]}"
+        table.problems.append(Problem(file, number, field, message))
+        table.rejected.append((number, cells))
     return table
 
 
-def _jsonl_rows(text: str, file: str) -> _RawTable:
+def _line_problem(
+    cells: list[str],
+    error: tuple[int, str] | None,
+    columns: list[str],
+    span_end: int | None,
+    last_line: int,
+) -> tuple[str | None, str, str] | None:
+    """(field, what is wrong, what to do) for a line that is not one clean row."""
+    width = len(columns)
+    if error is not None:
+        index, kind = error
+        field = collapse_whitespace(columns[index]) if index < width else None
+        fix = "remove the stray quote or " + _QUOTING_FIX
+        where = None if field else index
+        return field, _quoting_message(kind, where, span_end, last_line), fix
+    if len(cells) > width:
+        what = f"{len(cells)} cells but the header has {width}"
+        return None, what, "quote cells that contain commas"
+    if len(cells) < width:
+        what = f"{len(cells)} cells but the header has {width}"
+        return None, what, "add the missing cells (an empty cell is nothing between two commas)"
+    return None
+
+
+def _quoting_message(kind: str, index: int | None, span_end: int | None, last_line: int) -> str:
+    where = "" if index is None else f" (cell {index + 1})"
+    if kind == _UNCLOSED:
+        what = f"a quote opens this cell{where} and does not close on this line"
+        if span_end is not None and span_end >= last_line:
+            what += (
+                f": a CSV reader would swallow the rest of the file (up to line {span_end}) "
+                "into this cell; each following line is read on its own"
+            )
+        elif span_end is not None:
+            what += (
+                f": a CSV reader would join it with the lines up to {span_end} into one "
+                "record; each following line is read on its own"
+            )
+        else:
+            what += " (a line break inside a cell, or a stray quote)"
+        return what
+    if kind == _AFTER_QUOTE:
+        return f'text after the closing quote of a quoted cell{where} (a stray ")'
+    return f'a stray " inside an unquoted cell{where}'
+
+
+def split_csv_line(line: str) -> tuple[list[str], tuple[int, str] | None]:
+    """The cells of one physical CSV line (RFC 4180 quoting, spaces allowed around a
+    quoted cell) and the first quoting error as (cell index, kind), if any. The cells
+    are a best effort when there is an error."""
+    cells: list[str] = []
+    error: tuple[int, str] | None = None
+    i, n = 0, len(line)
+    while True:
+        j = i
+        while j < n and line[j] in " \t":
+            j += 1
+        if j < n and line[j] == '"':
+            parts, k = [], j + 1
+            while True:
+                q = line.find('"', k)
+                if q < 0:
+                    parts.append(line[k:])
+                    cells.append("".join(parts))
+                    return cells, error or (len(cells) - 1, _UNCLOSED)
+                parts.append(line[k:q])
+                if line.startswith('"', q + 1):
+                    parts.append('"')
+                    k = q + 2
+                    continue
+                k = q + 1
+                break
+            m = k
+            while m < n and line[m] in " \t":
+                m += 1
+            if m < n and line[m] != ",":
+                comma = line.find(",", m)
+                stop = n if comma < 0 else comma
+                parts.append(line[k:stop])
+                error = error or (len(cells), _AFTER_QUOTE)
+                m = stop
+            cells.append("".join(parts))
+            if m >= n:
+                return cells, error
+            i = m + 1
+        else:
+            comma = line.find(",", i)
+            cell = line[i:] if comma < 0 else line[i:comma]
+            if '"' in cell:
+                error = error or (len(cells), _STRAY)
+            cells.append(cell)
+            if comma < 0:
+                return cells, error
+            i = comma + 1
+
+
+def _physical_lines(text: str) -> list[str]:
+    """The lines an editor shows, without their line endings (LF, CRLF or CR)."""
+    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
+
+
+def _csv_library_spans(text: str) -> dict[int, int]:
+    """first line -> last line of each record the csv module would read over several
+    lines: what a quoting accident would do in any other CSV reader (for messages)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    spans: dict[int, int] = {}
+    start = 1
+    try:
+        for _ in reader:
+            if reader.line_num > start:
+                spans[start] = reader.line_num
+            start = reader.line_num + 1
+    except csv.Error:
+        pass
+    return spans
+
+
+def _jsonl_rows(text: str, file: str, consequence: str) -> _RawTable:
     table = _RawTable([], [], [])
     objects: list[tuple[int, dict[str, Any]]] = []
     for line, raw in enumerate(text.split("\n"), start=1):
         if not raw.strip():
             continue
+        table.data_lines.append(line)
         try:
             value = json.loads(raw)
         except json.JSONDecodeError as exc:
-            message = f"not valid JSON ({exc.msg} at column {exc.colno}); row skipped"
+            message = f"not valid JSON ({exc.msg} at column {exc.colno}); {consequence}"
             table.problems.append(Problem(file, line, None, message))
             continue
         if not isinstance(value, dict):
-            message = "expected a JSON object with one key per column; row skipped"
+            message = f"expected a JSON object with one key per column; {consequence}"
             table.problems.append(Problem(file, line, None, message))
             continue
         objects.append((line, value))
@@ -270,4 +469,4 @@ def _parquet_rows(data: bytes, file: str) -> _RawTable:
         return _RawTable([], [], [problem])
     columns = list(arrow.column_names)
     rows = [(n, [record[c] for c in columns]) for n, record in enumerate(arrow.to_pylist(), 1)]
-    return _RawTable(columns, rows, [])
+    return _RawTable(columns, rows, [], data_lines=[n for n, _ in rows])

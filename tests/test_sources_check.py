@@ -45,6 +45,15 @@ def test_check_on_the_demo_corpus_shows_summary_and_deliberate_problems():
     assert any(line.split() == ["demo-p02", "5", "0", "0", "0", "5", "10"] for line in lines)
     assert any(line.split() == ["no_record", "1"] for line in lines)  # demo-p08
     assert any(line.split() == ["withdrawn", "1"] for line in lines)  # demo-p04
+    # Every data line of every table input was read: nothing lost without a report.
+    for name, counts in [
+        ("shades.csv", "10 lines read, 10 records"),
+        ("malert.jsonl", "12 lines read, 12 records"),
+        ("participants.csv", "11 lines read, 11 records"),
+        ("consent.csv", "10 lines read, 10 records"),
+        ("contributions.csv", "66 lines read, 66 records"),
+    ]:
+        assert any(name in line and counts in line for line in lines), name
     problems = out[out.index("Problems (") :]
     for expected in DELIBERATE:
         assert expected in problems, expected

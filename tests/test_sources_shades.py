@@ -138,7 +138,10 @@ def test_multi_line_cell_keeps_editor_line_numbers(tmp_path):
     first = released_row("1.0", sentences={**SENTENCES, "en": "Women\ntalk a lot."})
     path = write_csv(tmp_path / "shades.csv", released_header(), [first, released_row("y")])
     result = read_shades(path)
-    assert [p.row for p in result.problems] == [4]  # the first record spans lines 2-3
+    # A line break inside a cell is a quoting accident in these exports: both pieces of
+    # the broken record are reported on their editor lines, then the next row (line 4).
+    assert [p.row for p in result.problems] == [2, 3, 4]
+    assert "en_biased_sentences: a quote opens this cell" in str(result.problems[0])
 
 
 def test_missing_file_is_fatal(tmp_path):

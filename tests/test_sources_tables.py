@@ -87,3 +87,72 @@ def test_duplicate_column_is_reported_and_first_kept(tmp_path):
     result = read_table(path, ["a", "b"])
     assert result.records[0].cells == {"a": "1", "b": "3"}
     assert (result.problems[0].row, result.problems[0].field) == (1, "a")
+
+
+def test_row_with_missing_cells_is_reported(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,b,c\n1,2,3\n4,5\n", encoding="utf-8")
+    result = read_table(path, ["a"])
+    assert [r.line for r in result.records] == [2]
+    [problem] = result.problems
+    assert (problem.row, problem.fatal) == (3, False)
+    assert str(problem).startswith(f"{path}:3: 2 cells but the header has 3; add the missing")
+    assert [(r.line, r.cells["a"]) for r in result.rejected] == [(3, "4")]
+
+
+def test_quoted_cells_with_commas_and_doubled_quotes_read_exactly(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,b,c\n"x, y", "say ""hi""" ,""\n', encoding="utf-8")
+    result = read_table(path, ["a", "b", "c"])
+    assert result.problems == []
+    assert result.records[0].cells == {"a": "x, y", "b": 'say "hi"', "c": None}
+
+
+def test_a_stray_quote_swallows_no_later_line(tmp_path):
+    # The csv module would read lines 3-6 as one record (one cell holding four lines).
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,2\n3,"4\n5,6\n\n7,8\n9,10"\n11,12\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"])
+    assert [r.line for r in result.records] == [2, 4, 6, 8]
+    assert [(p.row, p.field) for p in result.problems] == [(3, "b"), (7, "b")]
+    opened, closed = (p.message for p in result.problems)
+    assert "a quote opens this cell and does not close on this line" in opened
+    assert "up to 7 into one record" in opened and opened.endswith("Row skipped")
+    assert 'a stray " inside an unquoted cell (it may close the quote opened on line 3)' in closed
+    assert (result.lines.lines, result.lines.records, result.lines.not_read) == (6, 4, 2)
+
+
+def test_a_quote_open_at_the_end_of_the_file_names_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,2\n3,"4\n5,6\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"])
+    assert [r.line for r in result.records] == [2, 4]
+    [problem] = result.problems
+    assert problem.row == 3 and "swallow the rest of the file (up to line 4)" in problem.message
+
+
+def test_bom_crlf_and_trailing_blank_lines_are_read_exactly(tmp_path):
+    plain, windows = tmp_path / "plain.csv", tmp_path / "windows.csv"
+    text = 'a,b\n1,"x, y"\n2,z\n'
+    plain.write_text(text, encoding="utf-8")
+    windows.write_bytes(("\ufeff" + text.replace("\n", "\r\n") + "\r\n \r\n").encode())
+    expected = read_table(plain, ["a", "b"])
+    result = read_table(windows, ["a", "b"])
+    assert result.problems == [] and result.records == expected.records
+    assert result.lines == expected.lines
+
+
+def test_fail_closed_makes_every_problem_fatal_and_says_so(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,a,b\n1,2,3\n4,5\n", encoding="utf-8")
+    result = read_table(path, ["a", "b"], fail_closed="the build stops")
+    assert [(p.row, p.fatal) for p in result.problems] == [(1, True), (3, True)]
+    assert all("The build stops" in p.message for p in result.problems)
+    assert [r.line for r in result.records] == [2]
+
+
+def test_jsonl_lines_are_counted(tmp_path):
+    path = tmp_path / "t.jsonl"
+    path.write_text('{"a": 1}\nnot json\n\n{"a": 2}\n', encoding="utf-8")
+    result = read_table(path, ["a"])
+    assert (result.lines.lines, result.lines.records) == (3, 2)

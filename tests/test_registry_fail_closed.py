@@ -1,0 +1,229 @@
+"""The private registries fail closed, and no CSV line disappears without a report.
+
+Each test breaks a copy of the demo corpus the way a spreadsheet export does and
+checks what a maintainer would see: the build stops naming the file and line,
+`redvox sources check` exits 1, and every data line is a record or a problem.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from redvox.builder.cli import main
+from redvox.builder.consent import admitted_keys, consent_states
+from redvox.builder.pipeline import BuildError, BuildOptions, build_version
+from redvox.builder.versions import VERSIONS
+from redvox.schemas import DEMO_CONFIG, ConsentState, InputConfig, resolve_consent
+from redvox.sources.inputs import load_inputs
+from redvox.sources.registry import read_consent, read_participants
+
+DEMO = DEMO_CONFIG.parent
+WITHDRAWAL_WITH_COMMA = "demo-p01,yes,yes,2026-05-01,v1.1,withdrew by email, see ticket 42\n"
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    """A copy of the demo's tables, with a config that reads the demo's audio in place."""
+    folder = tmp_path / "corpus"
+    folder.mkdir()
+    raw = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
+    for name in ("shades", "malert", "contributions", "participants", "consent"):
+        shutil.copy(DEMO / raw[name], folder / raw[name])
+    shutil.copy(DEMO / "items.txt", folder / "items.txt")
+    for name in ("audio_root", "noise_bank", "pseudonym_key_file"):
+        raw[name] = str(DEMO / raw[name])
+    (folder / "config.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    return folder
+
+
+def append(path: Path, text: str) -> None:
+    with path.open("a", encoding="utf-8", newline="") as handle:
+        handle.write(text)
+
+
+def replace_line(path: Path, number: int, old: str, new: str) -> None:
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    assert old in lines[number - 1]
+    lines[number - 1] = lines[number - 1].replace(old, new, 1)
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def build(corpus: Path, tmp_path: Path) -> None:
+    config = InputConfig.load(corpus / "config.yaml")
+    options = BuildOptions(out=tmp_path / "out", progress=False)
+    build_version(VERSIONS["1.0.0"], config, options)
+
+
+def check(corpus: Path):
+    return CliRunner().invoke(
+        main, ["sources", "check", "--no-audio", "--config", str(corpus / "config.yaml")]
+    )
+
+
+def data_lines(path: Path) -> set[int]:
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return {n for n, line in enumerate(lines, start=1) if n > 1 and line.strip()}
+
+
+def test_unquoted_comma_in_a_withdrawal_stops_the_build_and_the_check(corpus, tmp_path):
+    consent = corpus / "consent.csv"
+    append(consent, WITHDRAWAL_WITH_COMMA)  # line 12
+    with pytest.raises(BuildError, match=r"consent\.csv:12: 7 cells but the header has 5"):
+        build(corpus, tmp_path)
+    assert not (tmp_path / "out" / "1.0.0").exists()
+    result = check(corpus)
+    assert result.exit_code == 1
+    assert f"{consent}:12: 7 cells but the header has 5; quote cells that contain commas" in (
+        result.output
+    )
+    assert "11 lines read, 10 records" in result.output
+
+
+def test_unreadable_row_still_denies_its_participant(corpus):
+    """Defence in depth: a caller that ignored the fatal problem still excludes demo-p01."""
+    append(corpus / "consent.csv", WITHDRAWAL_WITH_COMMA)
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    assert inputs.fatal
+    states = consent_states(inputs.participants, inputs.consent)
+    assert states["demo-p01"] is ConsentState.AMBIGUOUS
+    assert "demo-p01" not in admitted_keys(states, "public")
+    assert "demo-p01" not in admitted_keys(states, "full")
+
+
+def test_stray_quote_in_consent_hides_no_later_withdrawal(corpus, tmp_path):
+    consent = corpus / "consent.csv"
+    replace_line(consent, 3, "demo-p02,yes,yes", 'demo-p02,yes,"yes')
+    append(consent, "demo-p05,yes,yes,2026-05-01,v1.1\n")  # the withdrawal, line 12
+    result = read_consent(consent)
+    assert result.fatal
+    [problem] = result.problems
+    assert (problem.row, problem.field) == (3, "public_release_consent")
+    assert "a quote opens this cell and does not close on this line" in problem.message
+    assert "up to line 12" in problem.message
+    assert result.lines.lines == 11 and result.lines.records == 10
+    by_key: dict[str, list] = {}
+    for record in result.records:
+        by_key.setdefault(record.participant_key, []).append(record)
+    assert resolve_consent(by_key["demo-p05"]) is ConsentState.WITHDRAWN
+    assert resolve_consent(by_key["demo-p02"]) is ConsentState.AMBIGUOUS
+    with pytest.raises(BuildError, match=r"consent\.csv:3: public_release_consent: a quote"):
+        build(corpus, tmp_path)
+    assert check(corpus).exit_code == 1
+
+
+def test_stray_quotes_in_contributions_name_each_line_and_lose_no_recording(corpus):
+    contributions = corpus / "contributions.csv"
+    clean = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    # A CSV library would read lines 5-21 as one record: 16 recordings gone.
+    replace_line(contributions, 5, ".flac,Write", '.flac,"Write')
+    replace_line(contributions, 30, ".flac,", '.flac,x"')
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    assert not inputs.fatal  # a public input: rows are reported and skipped
+    found = {p.row: p for p in inputs.problems if p.file == str(contributions)}
+    assert {5, 30} <= set(found)
+    assert found[5].field == "spoken_text" and "up to 21" in found[5].message
+    assert found[30].field == "spoken_text" and 'a stray " inside an unquoted cell' in str(
+        found[30]
+    )
+    assert len(inputs.contributions) == len(clean.contributions) - 2
+    [count] = [c.lines for c in inputs.line_counts if c.name == "contributions"]
+    assert (count.lines, count.records) == (66, 64)
+    result = check(corpus)
+    assert "66 lines read, 64 records" in result.output
+    assert f"{contributions}:5: spoken_text: a quote opens this cell" in result.output
+
+
+@pytest.mark.parametrize(
+    ("row", "field", "says"),
+    [
+        ("demo-p77,yes,yes,,v1.0\n", "participant_key", "'demo-p77' is not in the participants"),
+        ("demo-p02,maybe,yes,,v1.1\n", "participation_consent", "'maybe' is not an answer"),
+        ("demo-p02,yes,yes,soon,v1.1\n", "withdrawal_date", "'soon' is not a date"),
+        (",yes,no,2026-01-01,v1.1\n", "participant_key", "empty"),
+        ("demo-p02,yes,yes\n", None, "3 cells but the header has 5"),
+        ('demo-p02,yes,yes,,v1.1"\n', "consent_form_version", 'a stray " inside'),
+    ],
+)
+def test_every_unreadable_consent_row_is_fatal(corpus, tmp_path, row, field, says):
+    consent = corpus / "consent.csv"
+    append(consent, row)  # line 12
+    result = read_consent(consent, participant_keys=[f"demo-p{i:02d}" for i in range(1, 12)])
+    [problem] = result.problems
+    assert problem.fatal and (problem.row, problem.field) == (12, field)
+    assert says in problem.message
+    assert "the build stops until it is fixed" in problem.message.lower()
+    with pytest.raises(BuildError, match=r"consent\.csv:12: "):
+        build(corpus, tmp_path)
+
+
+def test_case_variant_consent_key_is_fatal_and_denies_the_registered_participant(corpus):
+    append(corpus / "consent.csv", "DEMO-P01,yes,yes,2026-05-01,v1.1\n")
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    [problem] = [p for p in inputs.problems if p.fatal]
+    assert (problem.row, problem.field) == (12, "participant_key")
+    assert "'DEMO-P01' is not a registered key, but 'demo-p01' is" in problem.message
+    states = consent_states(inputs.participants, inputs.consent)
+    assert states["demo-p01"] is ConsentState.AMBIGUOUS
+
+
+def test_surrounding_spaces_are_not_part_of_a_key(corpus):
+    # Every cell is stripped: ` demo-p01 ` is demo-p01, so its withdrawal counts.
+    append(corpus / "consent.csv", ' demo-p01 ," yes",yes,2026-05-01,v1.1\n')
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    assert not inputs.fatal
+    assert resolve_consent(inputs.consent["demo-p01"]) is ConsentState.WITHDRAWN
+
+
+def test_duplicate_participant_rows_are_fatal(corpus, tmp_path):
+    participants = corpus / "participants.csv"
+    append(participants, "demo-p03,female,45-54,de-DE,,de\nDemo-P04,female,45-54,de-DE,,de\n")
+    result = read_participants(participants)
+    assert [(p.row, p.field, p.fatal) for p in result.problems] == [
+        (13, "participant_key", True),
+        (14, "participant_key", True),
+    ]
+    assert "participant already registered on line 4" in result.problems[0].message
+    assert "participant 'demo-p04' already registered on line 5" in result.problems[1].message
+    with pytest.raises(BuildError, match=r"participants\.csv:13: participant_key"):
+        build(corpus, tmp_path)
+
+
+def test_bad_participant_row_is_fatal(corpus):
+    participants = corpus / "participants.csv"
+    replace_line(participants, 4, "female", "robot")
+    result = check(corpus)
+    assert result.exit_code == 1
+    assert f"{participants}:4: gender: gender 'robot'" in result.output
+
+
+def test_bom_crlf_and_trailing_blank_lines_read_exactly(corpus):
+    plain_consent = read_consent(corpus / "consent.csv")
+    plain_participants = read_participants(corpus / "participants.csv")
+    for name in ("consent.csv", "participants.csv"):
+        path = corpus / name
+        text = path.read_text(encoding="utf-8")
+        path.write_bytes(("\ufeff" + text.replace("\n", "\r\n") + "\r\n\r\n  \r\n").encode())
+    consent = read_consent(corpus / "consent.csv")
+    participants = read_participants(corpus / "participants.csv")
+    assert consent.problems == [] and participants.problems == []
+    assert consent.records == plain_consent.records
+    assert participants.records == plain_participants.records
+    assert consent.lines == plain_consent.lines
+    assert not load_inputs(InputConfig.load(corpus / "config.yaml")).fatal
+
+
+def test_every_data_line_is_a_record_or_a_problem(corpus):
+    consent = corpus / "consent.csv"
+    replace_line(consent, 4, "demo-p03,yes", 'demo-p03,"yes')
+    replace_line(consent, 7, "demo-p06,yes,no", 'demo-p06,"yes"x,no')
+    append(consent, "demo-p07,no\n\ndemo-p01,yes,yes,,v1,extra\n")
+    result = read_consent(consent)
+    problem_lines = {p.row for p in result.problems}
+    assert problem_lines == {4, 7, 12, 14}
+    assert result.lines.lines == len(data_lines(consent)) == 12
+    assert result.lines.records + len(problem_lines) == result.lines.lines

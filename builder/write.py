@@ -111,6 +111,7 @@ def build_lock(out: Path) -> Iterator[Path]:
     releases the lock when its holder dies, so a lock file left by a killed build never
     blocks; the file itself stays (deleting it would let two builds lock two files)."""
     root = Path(out)
+    created = not root.exists()
     root.mkdir(parents=True, exist_ok=True)
     key = root.resolve()
     if key in _held:
@@ -144,7 +145,20 @@ def build_lock(out: Path) -> Iterator[Path]:
         yield path
     finally:
         _held.pop(key, None)
+        if created:
+            _remove_if_unused(key, path)
         handle.close()  # releases the lock
+
+
+def _remove_if_unused(root: Path, lock: Path) -> None:
+    """A build refused before it wrote anything leaves no output folder it created (only
+    its lock file in it): removed while still locked."""
+    try:
+        if [p.name for p in root.iterdir()] == [lock.name]:
+            lock.unlink()
+            root.rmdir()
+    except OSError:
+        pass  # someone else is using it now: leave it
 
 
 def _holder(handle) -> str:

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
-from redvox.schemas import DEMO_CONFIG, ConfigError, InputConfig
+from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.sources.cli import config_option, load_config
 
 from .versions import MIXES_SPEECH, VERSIONS, get_version
@@ -71,19 +71,14 @@ def build(
     if list_versions:
         click.echo(_versions_table())
         return
-    from redvox.sources.musan import NoiseBankError
+    from .pipeline import BuildOptions, build_version
 
-    from .pipeline import BuildError, BuildOptions, build_version
-    from .pseudonym import PseudonymKeyError
-
+    # Input, version, busy or unwritable output: UserErrors, one line at the CLI edge.
     sets = ("full", "public") if which == "both" else (which,)
-    try:
-        version = get_version(version_name)
-        config = load_config(config_path)
-        options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
-        report = build_version(version, config, options)
-    except (KeyError, ConfigError, BuildError, PseudonymKeyError, NoiseBankError) as exc:
-        raise click.ClickException(str(exc.args[0] if exc.args else exc)) from None
+    version = get_version(version_name)
+    config = load_config(config_path)
+    options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
+    report = build_version(version, config, options)
     click.echo(summary(report))
 
 
@@ -105,6 +100,18 @@ def summary(report) -> str:
         tabulate(quarantined or [["(none)"]], headers=["quarantined", *sets]),
         tabulate(excluded or [["(none)"]], headers=["excluded participants", *sets]),
     ]
+    repaired = {s: n for s in sets if (n := report.sets[s].shards_repaired)}
+    if repaired:
+        parts.append(
+            "repaired: "
+            + ", ".join(f"{n} {s} shards" for s, n in repaired.items())
+            + " differed from the sha256 their manifest recorded (damaged) and were rewritten"
+        )
+    discarded = sum(report.cache_discarded.values())
+    if discarded:
+        parts.append(
+            f"cache: {discarded} damaged entries were removed and recomputed (see the warnings)"
+        )
     return "\n\n".join(parts)
 
 
@@ -162,17 +169,16 @@ def add(
     Existing rows keep their bytes and IDs; the new folder's version gets a local
     suffix, e.g. 1.0.0+noise_c.
     """
-    from redvox.sources.musan import NoiseBankError, read_noise_bank
+    from redvox.sources.musan import read_noise_bank
 
-    from .variants import VariantError, add_condition, load_condition
+    from .variants import add_condition, load_condition
 
-    try:
-        condition = load_condition(condition_file)
-        bank_root = noise_bank or InputConfig.load(DEMO_CONFIG).noise_bank
-        bank = read_noise_bank(bank_root)
-        report = add_condition(condition, source, out, bank, seed=seed, cache_dir=cache_dir)
-    except (VariantError, NoiseBankError, ConfigError, FileNotFoundError) as exc:
-        raise click.ClickException(str(exc)) from None
+    # A bad condition, noise bank or shard, a busy or unwritable output: UserErrors,
+    # printed as one line at the CLI edge.
+    condition = load_condition(condition_file)
+    bank_root = noise_bank or InputConfig.load(DEMO_CONFIG).noise_bank
+    bank = read_noise_bank(bank_root)
+    report = add_condition(condition, source, out, bank, seed=seed, cache_dir=cache_dir)
     click.echo(f"RedVox {report.version} -> {report.folder}")
     rows = [[lang, n] for lang, n in sorted(report.added.items())]
     click.echo(tabulate(rows, headers=["language", f"rows added ({condition.name})"]))

@@ -6,15 +6,20 @@ Two kinds of entries:
   + VAD params, `clip` by condition params, `decoded` by source file hash.
 
 Everything is written atomically, so an interrupted build leaves complete
-entries only and the rerun picks up where it stopped.
+entries only and the rerun picks up where it stopped. Everything is checked when
+read (blobs against their sha256, facts against the checksum stored with them),
+so a damaged entry is recomputed, never released.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import warnings
 from collections import Counter
 from pathlib import Path
+
+from redvox.schemas.errors import UserError
 
 from .write import atomic_write_bytes
 
@@ -28,12 +33,22 @@ def digest_of(*parts: str | bytes) -> str:
     return digest.hexdigest()
 
 
+class CacheError(UserError, RuntimeError):
+    """A cache entry vanished or changed while the build was using it."""
+
+
 class BuildCache:
+    """Every read is checked: a blob must hash to its name, a fact must carry the
+    checksum written with it. Anything else (garbage, a swapped or edited entry, an
+    old-format fact) is removed with a warning and read as a miss, so the build
+    computes it again instead of releasing it."""
+
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self.hits: Counter[str] = Counter()
-        self.misses: Counter[str] = Counter()
         self.computed: Counter[str] = Counter()  # facts stored: work actually done
+        self.discarded: Counter[str] = Counter()  # damaged entries removed: blob or fact kind
+        self._verified: set[str] = set()  # blob digests checked by this process
 
     # --- blobs ---
     def _blob_path(self, digest: str) -> Path:
@@ -41,42 +56,91 @@ class BuildCache:
 
     def put_blob(self, data: bytes) -> str:
         digest = hashlib.sha256(data).hexdigest()
-        path = self._blob_path(digest)
-        if not path.is_file():
-            atomic_write_bytes(path, data, durable=False)
+        if not self.has_blob(digest):
+            atomic_write_bytes(self._blob_path(digest), data, durable=False)
+            self._verified.add(digest)
         return digest
 
     def has_blob(self, digest: str) -> bool:
-        return self._blob_path(digest).is_file()
+        """Whether the blob is there and intact (hashed once per process: a damaged one
+        is removed, so the caller recomputes it)."""
+        if digest in self._verified and self._blob_path(digest).is_file():
+            return True
+        return self._read_blob(digest) is not None
 
     def blob(self, digest: str) -> bytes:
+        """The blob's bytes, checked against their digest."""
+        data = self._read_blob(digest)
+        if data is None:
+            raise CacheError(
+                f"{self._blob_path(digest)}: cached audio missing or damaged during the build; "
+                "run the build again (it recomputes it)"
+            )
+        return data
+
+    def _read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)
         try:
-            return path.read_bytes()
+            data = path.read_bytes()
         except FileNotFoundError:
-            raise FileNotFoundError(
-                f"{path}: cached audio missing; delete {self.root} and rebuild"
-            ) from None
+            return None
+        if hashlib.sha256(data).hexdigest() != digest:
+            self._discard(path, "blob", "its content does not hash to its name")
+            self._verified.discard(digest)
+            return None
+        self._verified.add(digest)
+        return data
 
     # --- facts ---
     def _fact_path(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / f"{key}.json"
 
     def get(self, kind: str, key: str) -> dict | None:
-        """The fact, or None (counted as a miss) when absent or unreadable."""
+        """The fact, or None (a miss) when absent, unreadable, without the checksum it was
+        written with, or pointing at a blob that is missing or damaged."""
         path = self._fact_path(kind, key)
         try:
-            fact = json.loads(path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, json.JSONDecodeError):
-            self.misses[kind] += 1
+            stored = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            self._discard(path, kind, "unreadable")
+            return None
+        if isinstance(stored, dict) and "sha256" not in stored:
+            return None  # written before facts had a checksum: recomputed, no warning
+        fact = stored.get("fact") if isinstance(stored, dict) else None
+        if not isinstance(fact, dict) or stored.get("sha256") != _fact_sha256(kind, key, fact):
+            self._discard(path, kind, "checksum mismatch: edited or damaged")
             return None
         if "blob" in fact and not self.has_blob(fact["blob"]):
-            self.misses[kind] += 1
             return None
         self.hits[kind] += 1
         return fact
 
     def put(self, kind: str, key: str, fact: dict) -> None:
         self.computed[kind] += 1
-        body = json.dumps(fact, sort_keys=True).encode()
+        stored = {"fact": fact, "sha256": _fact_sha256(kind, key, fact)}
+        body = json.dumps(stored, sort_keys=True).encode()
         atomic_write_bytes(self._fact_path(kind, key), body, durable=False)
+
+    def _discard(self, path: Path, kind: str, reason: str) -> None:
+        self.discarded[kind] += 1
+        warnings.warn(
+            f"{path}: damaged cache entry ({reason}); removed, it will be recomputed",
+            CacheWarning,
+            stacklevel=3,
+        )
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass  # unreadable and unremovable: still a miss, and put() replaces it
+
+
+class CacheWarning(UserWarning):
+    """A damaged cache entry was removed and will be recomputed."""
+
+
+def _fact_sha256(kind: str, key: str, fact: dict) -> str:
+    """Checksum of a fact, bound to its kind and key: an edited fact, or one copied to
+    another key, does not match."""
+    return digest_of("fact-v1", kind, key, json.dumps(fact, sort_keys=True))

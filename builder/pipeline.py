@@ -60,7 +60,15 @@ from .rows import (
 )
 from .variants import ClipRenderer
 from .versions import DatasetVersion
-from .write import ShardRow, remove_leftovers, shard_path, write_shard
+from .write import (
+    ShardRow,
+    ShardUpdate,
+    build_lock,
+    recorded_hashes,
+    remove_leftovers,
+    shard_path,
+    write_shard,
+)
 
 CONSENT_REASONS: dict[ConsentState, str] = {
     ConsentState.WITHDRAWN: "consent withdrawn",
@@ -91,6 +99,8 @@ class SetReport:
     quarantined: Counter[str]
     excluded_participants: dict[str, int]
     shards_written: int
+    # kept shards whose bytes differed from the sha256 the last manifest recorded: rewritten
+    shards_repaired: int = 0
 
 
 @dataclass
@@ -99,12 +109,21 @@ class BuildReport:
     sets: dict[str, SetReport] = field(default_factory=dict)
     computed: Counter[str] = field(default_factory=Counter)  # decoded, vad, clip
     cache_hits: Counter[str] = field(default_factory=Counter)
+    cache_discarded: Counter[str] = field(default_factory=Counter)  # damaged entries removed
 
 
 def build_version(
     version: DatasetVersion, config: InputConfig, options: BuildOptions
 ) -> BuildReport:
-    """Build the requested sets of `version` under `options.out/<version>/`."""
+    """Build the requested sets of `version` under `options.out/<version>/`, holding the
+    output folder's build lock throughout (a second build into it fails at once)."""
+    with build_lock(options.out):
+        return _build_locked(version, config, options)
+
+
+def _build_locked(
+    version: DatasetVersion, config: InputConfig, options: BuildOptions
+) -> BuildReport:
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
     inputs = load_inputs(config, progress=options.progress)
@@ -162,6 +181,7 @@ def build_version(
         folder = Path(options.out) / version.version / dataset_set
         report.sets[dataset_set] = write_set(context, dataset_set, folder)
     report.computed, report.cache_hits = cache.computed, cache.hits
+    report.cache_discarded = cache.discarded
     return report
 
 
@@ -277,12 +297,21 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
     _remove_stale_shards(folder, set(numbered))
-    written = 0
+    recorded = recorded_hashes(folder)
+    written = repaired = 0
     bar = tqdm(
         numbered.items(), desc=f"write {dataset_set}", unit="shard", disable=not context.progress
     )
     for lang, shard_rows in bar:
-        written += write_shard(shard_path(folder, lang), shard_rows, context.cache.blob)
+        path = shard_path(folder, lang)
+        rel = path.relative_to(folder).as_posix()
+        update = write_shard(path, shard_rows, context.cache.blob, recorded.get(rel))
+        if update:
+            # The old manifest no longer describes the shards: gone until the new one is
+            # written, so an interrupted build leaves no manifest vouching for them.
+            (folder / MANIFEST).unlink(missing_ok=True)
+        written += update is not ShardUpdate.KEPT
+        repaired += update is ShardUpdate.REPAIRED
     quarantine = _set_quarantine(context, admitted, dataset_set)
     public = dataset_set == "public"
     withheld = set(context.user_ids) - admitted if public else set()
@@ -307,6 +336,7 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         quarantined=quarantine_summary(r for r in quarantine if not (public and r.private)),
         excluded_participants=audit["participants"]["excluded"],
         shards_written=written,
+        shards_repaired=repaired,
     )
 
 

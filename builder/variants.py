@@ -10,10 +10,12 @@ from __future__ import annotations
 import io
 import json
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import soundfile as sf
 import yaml
@@ -39,7 +41,15 @@ from .manifest import (
 )
 from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
 from .versions import VERSIONS
-from .write import ShardRow, atomic_write_bytes, remove_leftovers, shard_path, write_shard
+from .write import (
+    ShardRow,
+    atomic_write_bytes,
+    build_lock,
+    recorded_hashes,
+    remove_leftovers,
+    shard_path,
+    write_shard,
+)
 
 
 def flac_samples(data: bytes) -> np.ndarray:
@@ -151,13 +161,32 @@ def add_condition(
     manifest = _source_manifest(source)
     seed = _source_seed(manifest, source) if seed is None else seed
     version = f"{manifest['version']}+{condition.name}"
-    folder = (Path(out) if out else default_out_root(source)) / version / manifest["set"]
+    root = Path(out) if out else default_out_root(source)
+    with build_lock(root):
+        return _add_locked(
+            condition, source, root, manifest, version, bank, seed, cache_dir, progress
+        )
+
+
+def _add_locked(
+    condition: NoiseCondition,
+    source: Path,
+    root: Path,
+    manifest: dict,
+    version: str,
+    bank: NoiseBank,
+    seed: int,
+    cache_dir: Path | None,
+    progress: bool,
+) -> VariantReport:
+    folder = root / version / manifest["set"]
     cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
     renderer = ClipRenderer(bank, cache, seed)
     shards = sorted(source.glob("data/*/*.parquet"))
     if not shards:
         raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
     remove_leftovers(folder)
+    recorded = recorded_hashes(folder)
     shared = renderer.shared(condition) if _is_shared(condition) else None
     report = VariantReport(folder, version, {}, 0)
     counted: list[dict] = []
@@ -165,7 +194,10 @@ def add_condition(
         existing = _cache_rows(shard, cache)
         new, missing = _new_rows(existing, condition, renderer, shared, version)
         lang = shard.parent.name
-        write_shard(shard_path(folder, lang), existing + new, cache.blob)
+        path = shard_path(folder, lang)
+        rel = path.relative_to(folder).as_posix()
+        if write_shard(path, existing + new, cache.blob, recorded.get(rel)):
+            (folder / MANIFEST).unlink(missing_ok=True)  # no longer describes the shards
         report.added[lang] = len(new)
         report.skipped += missing
         counted += [r.entry.model_dump(include=set(COUNTED)) for r in existing + new]
@@ -247,10 +279,25 @@ def _is_shared(condition: NoiseCondition) -> bool:
 def _source_manifest(source: Path) -> dict:
     """The build manifest; a release folder without one gets its version from the rows."""
     if (source / MANIFEST).is_file():
-        return {"set": source.name, **read_manifest(source)}
+        try:
+            manifest = {"set": source.name, **read_manifest(source)}
+            manifest["version"]  # noqa: B018 - every build manifest names its version
+        except (UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
+            raise VariantError(
+                f"{source / MANIFEST}: not a readable build manifest ({_first_line(exc)}); "
+                "build the set again"
+            ) from None
+        return manifest
     versions = set()
-    for shard in source.glob("data/*/*.parquet"):
-        versions |= set(pq.read_table(shard, columns=["builder_version"]).column(0).to_pylist())
+    for shard in sorted(source.glob("data/*/*.parquet")):
+        try:
+            column = pq.read_table(shard, columns=["builder_version"]).column(0)
+        except (OSError, pa.ArrowException, KeyError) as exc:
+            raise VariantError(
+                f"{shard}: not a readable RedVox shard ({_first_line(exc)}); "
+                "download or build it again"
+            ) from None
+        versions |= set(column.to_pylist())
     if not versions:
         raise VariantError(f"{source}: no manifest.json and no rows to read a version from")
     return {"version": max(versions, key=natural_key), "set": source.name}
@@ -265,13 +312,37 @@ def _cache_rows(shard: Path, cache: BuildCache) -> list[ShardRow]:
     """The shard's rows, validated, with their audio moved into the cache (shared clips
     dedupe there), one record batch at a time."""
     rows = []
-    for batch in pq.ParquetFile(shard).iter_batches(batch_size=256):
-        for record in batch.to_pylist():
+    for n, record in enumerate(_shard_records(shard)):
+        try:
             audio = record.pop("audio")
-            digest = cache.put_blob(audio["bytes"])
-            entry = Entry(**record, audio=AudioCell(path=audio["path"]))
-            rows.append(ShardRow(entry, digest))
+            data, path = audio["bytes"], audio["path"]
+            entry = Entry(**record, audio=AudioCell(path=path))
+            if not isinstance(data, bytes) or not data:
+                raise ValueError("the audio cell holds no bytes")
+        except (ValidationError, KeyError, TypeError, ValueError) as exc:
+            raise VariantError(
+                f"{shard}: row {n} is not a RedVox row ({_first_line(exc)}); "
+                "download or build the shard again"
+            ) from None
+        rows.append(ShardRow(entry, cache.put_blob(data)))
     return rows
+
+
+def _shard_records(shard: Path) -> Iterator[dict]:
+    """The shard's records; a file that does not read as parquet is a VariantError naming it."""
+    try:
+        for batch in pq.ParquetFile(shard).iter_batches(batch_size=256):
+            yield from batch.to_pylist()
+    except (OSError, pa.ArrowException) as exc:
+        raise VariantError(
+            f"{shard}: not a readable parquet shard ({_first_line(exc)}); "
+            "download or build it again"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def _new_rows(

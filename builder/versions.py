@@ -17,6 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from redvox.schemas import LANGUAGES, SAMPLE_RATE, ItemSelection, NoiseCondition
+from redvox.schemas.errors import UserError
 
 # Condition kinds that mix the recording itself: their rows are spoken requests, as
 # long as the recording; every other kind renders a clip of the version's clip_s.
@@ -191,11 +192,20 @@ VERSIONS: dict[str, DatasetVersion] = {
 LATEST: str = max(VERSIONS, key=lambda v: VERSIONS[v].parts)
 
 
+class UnknownVersionError(UserError, KeyError):
+    """A version string this builder does not declare (a KeyError, for older callers)."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
 def get_version(version: str | None = None) -> DatasetVersion:
     """The declared version (latest when None); an unknown string lists the known ones."""
     key = (version or LATEST).removeprefix("v")
     if key not in VERSIONS:
-        raise KeyError(f"unknown dataset version {version!r}; declared: {', '.join(VERSIONS)}")
+        raise UnknownVersionError(
+            f"unknown dataset version {version!r}; declared: {', '.join(VERSIONS)}"
+        )
     return VERSIONS[key]
 
 

@@ -9,10 +9,15 @@ features in the footer, which is what `datasets.load_dataset` expects.
 
 from __future__ import annotations
 
+import datetime as dt
+import enum
+import fcntl
 import hashlib
 import json
 import os
+import socket
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from redvox.schemas import COLUMNS, Entry, release_features
+from redvox.schemas.errors import USER_OS_ERRORS, UserError
 
 FEATURES_KEY = "huggingface"
 RECIPE_KEY = "redvox_recipe"
@@ -42,17 +48,31 @@ def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None
     """Write `data` to `path` so that readers see the old file or the new one, never a part.
 
     `durable` also survives a power cut (fsync); cache entries skip it, since a
-    lost one is recomputed.
+    lost one is recomputed. A failed write (read-only folder, full disk) removes
+    its temporary file and raises the OS error naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
-    with tmp.open("wb") as handle:
-        handle.write(data)
-        if durable:
-            handle.flush()
-            os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with tmp.open("wb") as handle:
+            handle.write(data)
+            if durable:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _discard(tmp, path, exc)
+        raise
+
+
+def _discard(tmp: Path, path: Path, exc: BaseException) -> None:
+    """After a failed write: remove the temporary file; an OS error a user causes (read-only
+    folder, full disk) is raised again naming the file meant to be written, not the
+    temporary one (the caller re-raises anything else)."""
+    tmp.unlink(missing_ok=True)
+    if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:
+        raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
 
 
 def temporary_path(path: Path) -> Path:
@@ -62,9 +82,102 @@ def temporary_path(path: Path) -> Path:
 
 
 def remove_leftovers(folder: Path) -> None:
-    """Delete temporary files a killed build left under `folder`."""
+    """Delete temporary files a killed build left under `folder`. Only while holding the
+    build lock of a folder above it: without it they may be another build's live files."""
+    if not holds_build_lock(folder):
+        raise RuntimeError(f"remove_leftovers({folder}) outside build_lock(): refusing")
     for leftover in Path(folder).rglob(".*.tmp"):
         leftover.unlink(missing_ok=True)
+
+
+# --- one build per output folder --------------------------------------------------
+
+LOCK_NAME = ".redvox-build.lock"
+
+
+class OutputBusyError(UserError, RuntimeError):
+    """Another build writes into the same output folder."""
+
+
+# resolved output root -> [open lock file, depth]: re-entrant within one process, so that
+# `release run` can hold the lock around the build_version that takes it again.
+_held: dict[Path, list] = {}
+
+
+@contextmanager
+def build_lock(out: Path) -> Iterator[Path]:
+    """Hold `OUT/.redvox-build.lock` (fcntl.flock) for the duration: a second build into
+    the same OUT fails at once with the holder's pid, host and start time. The kernel
+    releases the lock when its holder dies, so a lock file left by a killed build never
+    blocks; the file itself stays (deleting it would let two builds lock two files)."""
+    root = Path(out)
+    created = not root.exists()
+    root.mkdir(parents=True, exist_ok=True)
+    key = root.resolve()
+    if key in _held:
+        _held[key][1] += 1
+        try:
+            yield key / LOCK_NAME
+        finally:
+            _held[key][1] -= 1
+        return
+    path = key / LOCK_NAME
+    handle = os.fdopen(os.open(path, os.O_RDWR | os.O_CREAT, 0o644), "r+", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = _holder(handle)
+        handle.close()
+        raise OutputBusyError(
+            f"{root} is being built by {holder}; wait for it or use another --out"
+        ) from None
+    except BaseException:
+        handle.close()
+        raise
+    try:
+        handle.seek(0)
+        handle.truncate()
+        since = dt.datetime.now().astimezone().isoformat(timespec="seconds")
+        holder_record = {"pid": os.getpid(), "host": socket.gethostname(), "since": since}
+        handle.write(json.dumps(holder_record) + "\n")
+        handle.flush()
+        _held[key] = [handle, 1]
+        yield path
+    finally:
+        _held.pop(key, None)
+        if created:
+            _remove_if_unused(key, path)
+        handle.close()  # releases the lock
+
+
+def _remove_if_unused(root: Path, lock: Path) -> None:
+    """A build refused before it wrote anything leaves no output folder it created (only
+    its lock file in it): removed while still locked."""
+    try:
+        if [p.name for p in root.iterdir()] == [lock.name]:
+            lock.unlink()
+            root.rmdir()
+    except OSError:
+        pass  # someone else is using it now: leave it
+
+
+def _holder(handle) -> str:
+    """Who holds the lock, from what it wrote in the file (it may be writing it just now)."""
+    try:
+        handle.seek(0)
+        record = json.loads(handle.read() or "{}")
+        who = f"pid {int(record['pid'])}"
+    except (OSError, ValueError, KeyError, TypeError):
+        return "another process"
+    if record.get("host") and record["host"] != socket.gethostname():
+        who += f" on {record['host']}"
+    return f"{who} since {record['since']}" if record.get("since") else who
+
+
+def holds_build_lock(folder: Path) -> bool:
+    """Whether this process holds the build lock of `folder` or of a folder above it."""
+    path = Path(folder).resolve()
+    return any(root == path or root in path.parents for root in _held)
 
 
 def shard_path(folder: Path, lang: str) -> Path:
@@ -92,12 +205,63 @@ def existing_recipe(path: Path) -> str | None:
     return value.decode() if value else None
 
 
-def write_shard(path: Path, rows: Sequence[ShardRow], load_audio: Callable[[str], bytes]) -> bool:
-    """Write the rows (already in ID order) to `path`; False when an identical shard is
-    already there (same recipe), so a warm rebuild rewrites nothing."""
+class ShardUpdate(enum.Enum):
+    """What `write_shard` did; true when it wrote the file."""
+
+    KEPT = "kept"  # same recipe and the bytes the last manifest recorded: nothing written
+    WRITTEN = "written"  # new, changed or unrecorded: written
+    REPAIRED = "repaired"  # same recipe, but not the bytes the manifest recorded: rewritten
+
+    def __bool__(self) -> bool:
+        return self is not ShardUpdate.KEPT
+
+
+def file_sha256(path: Path) -> str | None:
+    """sha256 of the whole file; None when it cannot be read."""
+    try:
+        with Path(path).open("rb") as handle:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+    except OSError:
+        return None
+
+
+def recorded_hashes(folder: Path) -> dict[str, str]:
+    """The `files` map (relative path -> sha256) of the set folder's manifest.json
+    (builder/manifest.py MANIFEST); empty when it is missing or unreadable, so that
+    nothing is trusted without a record."""
+    try:
+        manifest = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
+        files = manifest["files"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(files, dict):
+        return {}
+    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
+
+
+def write_shard(
+    path: Path,
+    rows: Sequence[ShardRow],
+    load_audio: Callable[[str], bytes],
+    recorded_sha256: str | None = None,
+) -> ShardUpdate:
+    """Write the rows (already in ID order) to `path`.
+
+    An existing shard is kept (KEPT, nothing written: a warm rebuild rewrites
+    nothing) only when its footer holds the same recipe and the whole file has the
+    sha256 the set's last manifest recorded for it (`recorded_sha256`); a shard of
+    the same rows that differs from that hash, or whose footer no longer reads, is
+    damaged and rewritten (REPAIRED); one without a recorded hash cannot be
+    trusted and is rewritten too (WRITTEN).
+    """
     recipe = shard_recipe(rows)
-    if existing_recipe(path) == recipe:
-        return False
+    existing = existing_recipe(path)
+    recorded = recorded_sha256 is not None
+    if existing == recipe and recorded and file_sha256(path) == recorded_sha256:
+        return ShardUpdate.KEPT
+    # Damaged: the rows are the ones recorded, the bytes are not (or the footer is unreadable).
+    damaged = recorded and (existing == recipe or (existing is None and path.is_file()))
+    outcome = ShardUpdate.REPAIRED if damaged else ShardUpdate.WRITTEN
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_path(path)
     schema = _writer_schema()
@@ -108,20 +272,24 @@ def write_shard(path: Path, rows: Sequence[ShardRow], load_audio: Callable[[str]
         "audio.bytes": "none",
         "audio.path": "zstd",
     }
-    with pq.ParquetWriter(
-        tmp,
-        schema,
-        compression=compression,
-        store_schema=False,  # the dictionary type is a storage detail readers must not see
-        write_statistics=stats_columns,
-    ) as writer:
-        for group, blobs in _row_groups(rows, load_audio):
-            writer.write_table(_group_table(group, blobs, schema))
-        writer.add_key_value_metadata({FEATURES_KEY: features, RECIPE_KEY: recipe})
-    with tmp.open("rb+") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    return True
+    try:
+        with pq.ParquetWriter(
+            tmp,
+            schema,
+            compression=compression,
+            store_schema=False,  # the dictionary type is a storage detail readers must not see
+            write_statistics=stats_columns,
+        ) as writer:
+            for group, blobs in _row_groups(rows, load_audio):
+                writer.write_table(_group_table(group, blobs, schema))
+            writer.add_key_value_metadata({FEATURES_KEY: features, RECIPE_KEY: recipe})
+        with tmp.open("rb+") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        _discard(tmp, path, exc)
+        raise
+    return outcome
 
 
 def _writer_schema() -> pa.Schema:

@@ -4,6 +4,7 @@ or a dry-run listing when there is no token or no repo id."""
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import os
 import sys
@@ -21,6 +22,34 @@ STAGED_NAME = "staged"
 
 def _fail(message: str) -> None:
     raise click.ClickException(message)
+
+
+def _iso_date(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A calendar date written YYYY-MM-DD, as the consent registry stores it."""
+    if value is None:
+        return None
+    try:
+        date = dt.date.fromisoformat(value)
+    except ValueError:
+        date = None
+    if date is None or len(value) != len("2026-03-15"):  # fromisoformat also takes 20260315
+        raise click.BadParameter(f"{value!r} is not a date written YYYY-MM-DD, e.g. 2026-03-15")
+    return date.isoformat()
+
+
+def _build_manifest(folder: Path) -> dict:
+    """The manifest of a built set; a folder without one is a user error, not a traceback."""
+    from redvox.builder.manifest import MANIFEST, read_manifest
+
+    if not (Path(folder) / MANIFEST).is_file():
+        _fail(
+            f"{folder / MANIFEST}: no build manifest; point at a version folder written by "
+            "`redvox build` (OUT/<version>)"
+        )
+    try:
+        return read_manifest(folder)
+    except ValueError as exc:
+        _fail(f"{folder / MANIFEST}: unreadable build manifest ({exc}); build the version again")
 
 
 @click.group()
@@ -52,14 +81,13 @@ def represent(version_dir: Path, judged_public, judged_full, override_gate) -> N
 
 
 def _represent(version_dir: Path, judged_public, judged_full, override: str | None) -> dict:
-    from redvox.builder.manifest import read_manifest
     from redvox.builder.versions import get_version
 
     from . import representativeness as rep
 
     if (judged_public is None) != (judged_full is None):
         _fail("give both --judged-public and --judged-full, or neither")
-    manifest = read_manifest(version_dir / "public")
+    manifest = _build_manifest(version_dir / "public")
     thresholds = get_version(manifest["version"]).config.representativeness
     public = rep.read_metadata(version_dir / "public")
     full = rep.read_metadata(version_dir / "full")
@@ -105,24 +133,17 @@ def stage(version_dir: Path, repo_id: str, staged: Path, dataset_set: str, confi
 def _stage_and_verify(
     version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config: InputConfig
 ):
-    from redvox.builder.manifest import read_manifest
+    from .stage import stage_release
 
-    from .representativeness import GateError
-    from .stage import StageError, stage_release
-
-    try:
-        footprint = stage_release(
-            version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic
-        )
-    except (StageError, GateError) as exc:
-        _fail(str(exc))
+    # StageError, GateError: UserErrors, one line at the CLI edge
+    footprint = stage_release(version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic)
     click.echo(f"staged {staged}")
     click.echo(
         f"  audio: {footprint.rows} rows would carry {footprint.row_audio_bytes} bytes of audio "
         f"if each kept its own copy; the shards store {footprint.distinct_clips} distinct clips "
         f"({footprint.distinct_audio_bytes} bytes) in {footprint.file_bytes} bytes of parquet"
     )
-    manifest = read_manifest(version_dir / dataset_set)
+    manifest = _build_manifest(version_dir / dataset_set)
     return _verify(staged, config, repo_id=repo_id, manifest=manifest)
 
 
@@ -147,14 +168,12 @@ def _verify(staged: Path, config: InputConfig, **kwargs):
 @config_option
 def verify(staged: Path, repo_id, version_dir, config_path) -> None:
     """Check STAGED as users will load it: datasets, audio, consent, identifiers, card."""
-    from redvox.builder.manifest import read_manifest
-
     from .card import read_provenance
     from .push import resolve_token
 
     manifest = None
     if version_dir is not None:
-        manifest = read_manifest(version_dir / read_provenance(staged)["set"])
+        manifest = _build_manifest(version_dir / read_provenance(staged)["set"])
     api = None
     token = resolve_token() if repo_id else None
     if token:  # lets verify see whether the target repo is public (refused for the full set)
@@ -185,19 +204,14 @@ def _push(
 ):
     from huggingface_hub import HfApi
 
-    from .push import PushError, push_release, use_request_timeout
+    from .push import push_release, use_request_timeout
     from .verify import verify_staged
 
     use_request_timeout(timeout)
     # HF_ENDPOINT is read again here: huggingface_hub reads it only at import time.
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
     verifier = functools.partial(verify_staged, config=config)
-    try:
-        commit = push_release(
-            staged, repo_id, public=public, api=api, verify=verifier, echo=click.echo
-        )
-    except PushError as exc:
-        _fail(str(exc))
+    commit = push_release(staged, repo_id, public=public, api=api, verify=verifier, echo=click.echo)
     click.echo(f"pushed {staged} to {repo_id} at commit {commit}")
 
 
@@ -212,7 +226,8 @@ def _push(
 )
 @out_option
 @click.option("--repo-id", default=None, help="also list the Hub tags that hold the participant")
-@click.option("--date", "withdrawal_date", default=None, help="YYYY-MM-DD (default: today)")
+@click.option("--date", "withdrawal_date", default=None, callback=_iso_date, metavar="YYYY-MM-DD",
+              help="date of the withdrawal (default: today)")  # fmt: skip
 @click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="build cache folder (default: OUT/.cache)")  # fmt: skip
 @workers_option
@@ -221,21 +236,12 @@ def withdraw(
 ) -> None:
     """Record PARTICIPANT_KEY's withdrawal, build the next MAJOR version without them,
     and report which built or published versions hold them."""
-    from .withdraw import WithdrawalError, withdraw_participant
+    from .withdraw import withdraw_participant
 
-    try:
-        withdraw_participant(
-            participant_key,
-            config_path,
-            out,
-            repo_id,
-            withdrawal_date,
-            click.echo,
-            cache_dir,
-            workers,
-        )
-    except WithdrawalError as exc:
-        _fail(str(exc))
+    # WithdrawalError, a busy or unwritable OUT: UserErrors, one line at the CLI edge
+    withdraw_participant(
+        participant_key, config_path, out, repo_id, withdrawal_date, click.echo, cache_dir, workers
+    )
 
 
 @release.command()
@@ -256,14 +262,23 @@ def run(
     version, config_path, out: Path, repo_id, public: bool, override_gate, timeout, workers: int
 ) -> None:
     """build -> representativeness -> stage -> verify -> push (dry run without token or repo id)."""
-    from redvox.builder.build_cli import summary
-    from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.versions import get_version
-
-    from .push import dry_run_listing, plan_push, resolve_token
+    from redvox.builder.write import build_lock
 
     declared = get_version(version)
     config = load_config(config_path)
+    with build_lock(out):  # the whole run: no other build may rewrite OUT meanwhile
+        _run(declared, config, out, repo_id, public, override_gate, timeout, workers)
+
+
+def _run(
+    declared, config: InputConfig, out: Path, repo_id, public, override_gate, timeout, workers
+) -> None:
+    from redvox.builder.build_cli import summary
+    from redvox.builder.pipeline import BuildOptions, build_version
+
+    from .push import dry_run_listing, plan_push, resolve_token
+
     click.echo(f"== build {declared.tag} into {out}")
     click.echo(summary(build_version(declared, config, BuildOptions(out=out, workers=workers))))
     version_dir = out / declared.version

@@ -210,10 +210,20 @@ def stage_release(
     """
     version_dir, out = Path(version_dir), Path(out)
     folder = set_dir(version_dir, dataset_set)
+    if not (folder / "manifest.json").is_file():
+        raise StageError(
+            f"{folder}: no build manifest.json; run `redvox build` for this version first "
+            "(VERSION_DIR is OUT/<version>)"
+        )
     manifest = read_manifest(folder)
     version = version or get_version(manifest["version"])
     report = None
     if dataset_set == "public":
+        if not (version_dir / REPORT_JSON).is_file():
+            raise StageError(
+                f"{version_dir / REPORT_JSON}: no representativeness report; run "
+                f"`redvox release represent {version_dir}` first"
+            )
         report = read_report(version_dir)
         if not describes_build(report, version_dir):
             # The version folder was rebuilt (e.g. after a consent change) since the

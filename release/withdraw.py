@@ -178,6 +178,40 @@ def withdraw_participant(
     cache_dir: Path | None = None,
     workers: int = 1,
 ) -> DatasetVersion:
+    """Record the withdrawal, build the next MAJOR version into `out` and report where the
+    participant's rows are. `out`'s build lock is taken first: with another build
+    running there, nothing is recorded."""
+    from redvox.builder.write import build_lock
+
+    date = _withdrawal_date(withdrawal_date)
+    with build_lock(out):
+        return _withdraw_locked(
+            participant_key, config_file, out, repo_id, date, echo, cache_dir, workers
+        )
+
+
+def _withdrawal_date(value: str | None) -> dt.date:
+    if not value:
+        return dt.date.today()
+    try:
+        date = dt.date.fromisoformat(value)
+    except ValueError:
+        date = None
+    if date is None or len(value) != len("2026-03-15"):
+        raise WithdrawalError(f"withdrawal date {value!r}: write it YYYY-MM-DD, e.g. 2026-03-15")
+    return date
+
+
+def _withdraw_locked(
+    participant_key: str,
+    config_file: Path,
+    out: Path,
+    repo_id: str | None,
+    date: dt.date,
+    echo: Callable[[str], None],
+    cache_dir: Path | None,
+    workers: int,
+) -> DatasetVersion:
     from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
     from redvox.sources.registry import read_participants
@@ -185,7 +219,6 @@ def withdraw_participant(
     from .push import resolve_token
 
     config = InputConfig.load(config_file)
-    date = dt.date.fromisoformat(withdrawal_date) if withdrawal_date else dt.date.today()
     known = {p.participant_key for p in read_participants(config.participants).records}
     backup = record_withdrawal(config.consent, participant_key, date, known)
     echo(

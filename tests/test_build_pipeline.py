@@ -187,10 +187,10 @@ def test_an_interrupted_build_resumes_to_the_same_bytes(built, tmp_path, monkeyp
     real_write = pipeline.write_shard
     written = []
 
-    def killed_after_two(*args):
+    def killed_after_two(*args, **kwargs):
         if len(written) == 2:
             raise KeyboardInterrupt("killed")
-        written.append(real_write(*args))
+        written.append(real_write(*args, **kwargs))
         return written[-1]
 
     monkeypatch.setattr(pipeline, "write_shard", killed_after_two)

@@ -87,8 +87,29 @@ def test_same_rows_give_the_same_bytes_and_are_not_rewritten(tmp_path):
     assert write_shard(a, rows(5), BLOBS.__getitem__)
     assert write_shard(b, rows(5), BLOBS.__getitem__)
     assert a.read_bytes() == b.read_bytes()
-    assert not write_shard(a, rows(5), BLOBS.__getitem__), "identical shard rewritten"
-    assert write_shard(a, rows(6), BLOBS.__getitem__), "changed rows not written"
+    recorded = write.file_sha256(a)
+    kept = write_shard(a, rows(5), BLOBS.__getitem__, recorded)
+    assert kept is write.ShardUpdate.KEPT, "identical shard rewritten"
+    assert write_shard(a, rows(6), BLOBS.__getitem__, recorded), "changed rows not written"
+
+
+def test_a_shard_without_a_recorded_hash_is_not_trusted(tmp_path):
+    path = tmp_path / "x.parquet"
+    write_shard(path, rows(5), BLOBS.__getitem__)
+    assert write_shard(path, rows(5), BLOBS.__getitem__) is write.ShardUpdate.WRITTEN
+
+
+def test_a_damaged_shard_with_the_same_recipe_is_repaired(tmp_path):
+    path = tmp_path / "x.parquet"
+    write_shard(path, rows(5), BLOBS.__getitem__)
+    clean, recorded = path.read_bytes(), write.file_sha256(path)
+    damaged = bytearray(clean)
+    damaged[clean.index(b"fLaC") + 1000] ^= 0x01  # inside a clip: the footer still reads
+    path.write_bytes(bytes(damaged))
+    assert write.existing_recipe(path) is not None
+    update = write_shard(path, rows(5), BLOBS.__getitem__, recorded)
+    assert update is write.ShardUpdate.REPAIRED
+    assert path.read_bytes() == clean
 
 
 def test_an_interrupted_write_leaves_the_previous_complete_shard(tmp_path, monkeypatch):
@@ -108,5 +129,7 @@ def test_an_interrupted_write_leaves_the_previous_complete_shard(tmp_path, monke
     with pytest.raises(KeyboardInterrupt):
         write_shard(path, rows(7), BLOBS.__getitem__)
     assert path.read_bytes() == before
-    write.remove_leftovers(tmp_path)
+    with write.build_lock(tmp_path):
+        write.remove_leftovers(tmp_path)
+    (tmp_path / write.LOCK_NAME).unlink()
     assert [p.name for p in tmp_path.rglob("*") if p.is_file()] == [path.name]

@@ -153,3 +153,49 @@ def test_card_yaml_that_does_not_parse_is_caught(staged_copy):
         yaml.safe_load(
             text.replace("pretty_name: RedVox", "pretty_name: [RedVox", 1).split("---")[1]
         )
+
+
+def flip_inside_a_clip(shard, row_index: int) -> dict:
+    """Flip one bit in the middle of a row's FLAC bytes, in place in the parquet file (the
+    audio column is stored uncompressed, so the file stays readable); returns the row."""
+    row = pq.read_table(shard).to_pylist()[row_index]
+    clip = row["audio"]["bytes"]
+    data = bytearray(shard.read_bytes())
+    start = bytes(data).index(clip)
+    data[start + len(clip) // 2] ^= 0x08
+    shard.write_bytes(bytes(data))
+    return row
+
+
+def test_a_flipped_bit_inside_a_clip_fails_verify(staged_copy, config):
+    """The header still reads (sf.info alone passes): only a complete decode notices."""
+    import io
+
+    import soundfile as sf
+
+    row = flip_inside_a_clip(staged_copy / EN, 2)
+    damaged = pq.read_table(staged_copy / EN).to_pylist()[2]["audio"]["bytes"]
+    assert sf.info(io.BytesIO(damaged)).frames > 0
+    result = verify_staged(staged_copy, config=config)
+    assert not result.ok
+    audio = [p.message for p in result.problems if p.check == "audio"]
+    assert audio and all(f"(en ID {row['ID']})" in m for m in audio), audio
+    assert "does not decode" in audio[0] or "MD5" in audio[0]
+
+
+def test_decoded_samples_that_differ_from_the_header_md5_are_caught():
+    import io
+
+    import numpy as np
+    import soundfile as sf
+
+    from redvox.release.verify import decode_flac_fully
+
+    buffer = io.BytesIO()
+    sf.write(buffer, np.linspace(-0.5, 0.5, 16000, dtype=np.float32), 16000, format="FLAC")
+    good = buffer.getvalue()
+    assert decode_flac_fully(good) == ((1, 16000, 16000), None)
+    wrong_md5 = bytearray(good)
+    wrong_md5[8 + 20] ^= 0xFF  # inside STREAMINFO's MD5
+    _, problem = decode_flac_fully(bytes(wrong_md5))
+    assert problem and "MD5" in problem

@@ -9,6 +9,8 @@ RELEASE_CONFIG ?=
 VERSION ?=
 REPO_ID ?=
 PUBLIC ?=
+# a reason to release despite a failed representativeness gate (printed in the card)
+OVERRIDE_GATE ?=
 # extra pip arguments, e.g. PyTorch's CPU wheel index on machines without a local CPU wheel
 PIP_ARGS ?=
 
@@ -45,10 +47,11 @@ lint: venv ## ruff check and format check
 	$(BIN)/ruff format --check .
 
 release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
-	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public)
+	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public) $(if $(OVERRIDE_GATE),--override-gate "$(OVERRIDE_GATE)")
 
-bench: venv ## benchmarks: build at the paper's scale vs a naive baseline (~5 min), evaluator reporting
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline (~5 min), resource bounds, evaluator reporting
 	$(BIN)/python bench/bench_build.py
+	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py
 
 lock: ## re-resolve and rewrite requirements.lock (needs the package registry)

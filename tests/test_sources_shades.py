@@ -1,6 +1,10 @@
 """SHADES reader: both layouts, and every kind of bad row a maintainer must see."""
 
 import csv
+import random
+
+import pandas as pd
+import pytest
 
 from redvox.sources.shades import normalize_shades_index, read_shades
 
@@ -148,3 +152,56 @@ def test_missing_file_is_fatal(tmp_path):
     result = read_shades(tmp_path / "nope.csv")
     assert result.fatal
     assert "not found" in str(result.problems[0]) and "nope.csv" in str(result.problems[0])
+
+
+def variant_rows(scheme: str) -> list[list[str]]:
+    """Stereotypes 1 and 2, each with two contrastive rewrites, in one numbering scheme:
+    `lettered` repeats the original's index and letters the subset (the released file),
+    `numbered` gives every variant its own index (what RedVox's ids show)."""
+    rows = []
+    for number, entity in ((1, "women"), (2, "old people")):
+        for k, subset in enumerate(("_original", "a", "b")):
+            index = f"{number}.0" if scheme == "lettered" else f"{number}.{k}"
+            sentences = {lang: f"{entity} {subset} {lang}" for lang in LANGS_RELEASED}
+            row = released_row(index, sentences=sentences)
+            row[1] = subset
+            rows.append(row)
+    return rows
+
+
+def key_to_text(result) -> dict[str, dict[str, str]]:
+    return {item.key: dict(item.text) for item in result.records}
+
+
+@pytest.mark.parametrize("scheme", ["lettered", "numbered"])
+def test_both_numbering_schemes_key_every_parallel_row_whatever_the_order(tmp_path, scheme):
+    rows = variant_rows(scheme)
+    forward = read_shades(write_csv(tmp_path / "a.csv", released_header(), rows))
+    shuffled = list(rows)
+    random.Random(7).shuffle(shuffled)
+    backward = read_shades(write_csv(tmp_path / "b.csv", released_header(), shuffled[::-1]))
+    assert forward.problems == [] and backward.problems == []
+    assert len(forward.records) == 6  # no parallel row lost to a shared index
+    assert key_to_text(forward) == key_to_text(backward)
+    expected = (
+        ["shades:1.0", "shades:1.0-a", "shades:1.0-b", "shades:2.0", "shades:2.0-a", "shades:2.0-b"]
+        if scheme == "lettered"
+        else ["shades:1.0", "shades:1.1", "shades:1.2", "shades:2.0", "shades:2.1", "shades:2.2"]
+    )
+    assert sorted(key_to_text(forward)) == expected
+    assert key_to_text(forward)[expected[1]]["en"] == "women a en"
+    # parquet gives the same items as the CSV
+    frame = pd.DataFrame(rows, columns=released_header())
+    frame.to_parquet(tmp_path / "shades.parquet")
+    assert key_to_text(read_shades(tmp_path / "shades.parquet")) == key_to_text(forward)
+
+
+def test_one_key_with_two_different_sentences_is_refused_whatever_the_order(tmp_path):
+    rows = variant_rows("lettered")
+    rows[5][1] = "a"  # stereotype 2's rewrite b now claims subset a too
+    for order in (rows, rows[::-1]):
+        result = read_shades(write_csv(tmp_path / "s.csv", released_header(), order))
+        keys = set(key_to_text(result))
+        assert "shades:2.0-a" not in keys and "shades:2.0-b" not in keys
+        assert len(keys) == 4
+        assert sum("2.0-a is also used" in p.message for p in result.problems) == 2

@@ -395,4 +395,5 @@ def _manifest(
             for r in rows
         ),
         "files": files,
+        "items": sorted(context.item_keys),  # the build's items, to compare or pin them
     }

@@ -1,4 +1,5 @@
-"""`redvox sources check`: read every input of a config and show what a build would get.
+"""`redvox sources check`: read every input of a config and show what a build would get;
+`redvox sources select`: write the items a build would use as a key file, to pin them.
 
 A private, maintainer-only command: speakers are shown by their participant
 key. Exit status 1 when a build would stop (an input is unusable, or a row of
@@ -28,8 +29,11 @@ from redvox.schemas import (
     resolve_consent,
 )
 
-from .inputs import Inputs, load_inputs
+from .inputs import Inputs, input_hashes, load_inputs
+from .malert import read_malert
 from .problems import Problem
+from .selection import select_items
+from .shades import read_shades
 
 config_option = click.option(
     "--config",
@@ -79,6 +83,65 @@ def check(config_path: Path | None, audio: bool) -> None:
     click.echo("\n".join(str(p) for p in rows) if rows else "none")
     if fatal:
         sys.exit(1)
+
+
+@sources.command()
+@config_option
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    required=True,
+    help="key file to write, one item key per line",
+)
+def select(config_path: Path | None, out_path: Path) -> None:
+    """Write the drawn (or pinned) item keys, so a version can pin them.
+
+    Give the file to the input config as `items: {item_keys_file: FILE}`: a build
+    then uses exactly these items whatever later happens to the sources.
+    """
+    config = load_config(config_path)
+    shades, malert = read_shades(config.shades), read_malert(config.malert)
+    selected = select_items(shades.records + malert.records, config.items)
+    problems = shades.problems + malert.problems + selected.problems
+    fatal = [p for p in problems if p.fatal]
+    if fatal:
+        click.echo(f"Unusable inputs ({len(fatal)}): nothing written", err=True)
+        click.echo("\n".join(str(p) for p in fatal), err=True)
+        sys.exit(1)
+    keys = sorted(item.key for item in selected.records)
+    counts = Counter(item.vulnerability_type for item in selected.records)
+    out_path.write_text(_key_file_header(config_path, config, counts) + "\n".join(keys) + "\n")
+    # Row problems of the sources only explain why an item is absent; the selection's own
+    # (a stratum smaller than asked, a pinned key not found) change what was written.
+    for problem in selected.problems:
+        click.echo(str(problem), err=True)
+    click.echo(f"Wrote {len(keys)} item keys to {out_path}")
+    click.echo(tabulate([[v, counts[v]] for v in VULNERABILITY_TYPES], headers=["stratum", "keys"]))
+
+
+def _key_file_header(config_path: Path | None, config: InputConfig, counts: Counter) -> str:
+    selection = config.items
+    if selection.item_keys is not None:
+        how = "pinned by the config's items.item_keys"
+    elif selection.item_keys_file is not None:
+        how = f"pinned by the key file {selection.item_keys_file.name}"
+    else:
+        how = (
+            f"drawn with seed {selection.seed}: {selection.shades} SHADES stereotypes, "
+            f"{selection.per_group} per M-ALERT group"
+        )
+    per_stratum = ", ".join(f"{v} {counts[v]}" for v in VULNERABILITY_TYPES)
+    hashes = input_hashes(config)
+    sources = ", ".join(f"{name} sha256 {hashes.get(name, '-')}" for name in ("shades", "malert"))
+    return (
+        "# Item keys written by `redvox sources select`, one per line.\n"
+        f"# Config: {config_path or 'the embedded demo corpus'}\n"
+        f"# Selection: {how}\n"
+        f"# Keys: {sum(counts.values())} ({per_stratum})\n"
+        f"# Sources: {sources}\n"
+        "# Pin them with `items: {item_keys_file: <this file>}` in the input config.\n"
+    )
 
 
 def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:

@@ -1,19 +1,22 @@
 """Which items a build uses: an explicit list of keys, or a seeded stratified draw.
 
 The draw takes `selection.shades` SHADES stereotypes and `selection.per_group`
-prompts from each M-ALERT group. Each stratum draws from its own generator,
-seeded by (seed, stratum name), over its items sorted by key: the result does
-not depend on the order of the input files, and a change in one stratum (a
-SHADES row fixed) leaves the draw of the others as it was.
+prompts from each M-ALERT group: within its stratum, each item is ranked by a
+hash of (seed, stratum, item key) alone and the first ones are taken. An item's
+rank therefore never depends on which other items are in the pool, so the
+sources can change under a draw without reshuffling it: fixing an unusable
+SHADES row, or losing one, changes at most one drawn key (one in, one out),
+where a generator drawing positions over the sorted pool changed a fifth of
+them. The order of the input files does not matter either, and a change in one
+stratum leaves the others as they were. `redvox sources select` writes a draw
+out so that a version can pin it (`item_keys_file`) once it is published.
 """
 
 from __future__ import annotations
 
-import zlib
+import hashlib
 from collections.abc import Sequence
 from pathlib import Path
-
-import numpy as np
 
 from redvox.schemas import VULNERABILITY_TYPES, ItemSelection, SourceItem
 
@@ -69,8 +72,8 @@ def pinned_items(
             result.problems.append(Problem(file, line, None, message))
         elif key not in by_key:
             message = (
-                f"no usable item {key} in the SHADES/M-ALERT files (see their problems); "
-                "fix or remove the key"
+                f"no usable item {key} in the SHADES/M-ALERT files (see their problems), "
+                f"but {_pinned_by(file)} pins it; fix its source row or remove the key"
             )
             result.problems.append(Problem(file, line, None, message))
         else:
@@ -78,6 +81,19 @@ def pinned_items(
         seen.setdefault(key, line)
     result.records.sort(key=lambda item: item.key)
     return result
+
+
+def draw_rank(seed: int, stratum: str, key: str) -> tuple[bytes, str]:
+    """An item's place in its stratum's draw: a function of its own key only (the key
+    breaks the, in practice impossible, tie of two equal hashes)."""
+    return hashlib.sha256(f"{seed}\x1f{stratum}\x1f{key}".encode()).digest(), key
+
+
+def _pinned_by(file: str) -> str:
+    if file == f"{SELECTION_LABEL}.item_keys":
+        # A build uses the version's own item_keys when it has some, else the config's.
+        return "items.item_keys (of the version built, else of the input config)"
+    return f"the item key file {file} (items.item_keys_file)"
 
 
 def drawn_items(items: Sequence[SourceItem], selection: ItemSelection) -> ReadResult[SourceItem]:
@@ -96,8 +112,7 @@ def drawn_items(items: Sequence[SourceItem], selection: ItemSelection) -> ReadRe
             result.problems.append(Problem(SELECTION_LABEL, None, field, message))
             result.records.extend(pool)
             continue
-        rng = np.random.default_rng([selection.seed % 2**64, zlib.crc32(stratum.encode())])
-        chosen = rng.choice(len(pool), size=wanted, replace=False)
-        result.records.extend(pool[i] for i in chosen)
+        ranked = sorted(pool, key=lambda item: draw_rank(selection.seed, stratum, item.key))
+        result.records.extend(ranked[:wanted])
     result.records.sort(key=lambda item: item.key)
     return result

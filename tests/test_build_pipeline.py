@@ -414,3 +414,16 @@ def test_variants_add_asks_for_a_seed_when_the_rows_version_is_not_declared(buil
     condition = VERSIONS["1.0.0"].config.condition("silence").model_copy(update={"name": "n"})
     with pytest.raises(VariantError, match=r"'0\.9\.0\+noise_x'.*not declared.*pass --seed"):
         add_condition(condition, release, tmp_path / "out", bank(), progress=False)
+
+
+def test_every_manifest_lists_the_item_keys_of_its_build(built):
+    out = built[0]
+    pinned = sorted(
+        line.split("#", 1)[0].strip()
+        for line in (CONFIG.items.item_keys_file).read_text().splitlines()
+        if line.split("#", 1)[0].strip()
+    )
+    for version in ("1.0.0", "1.1.0"):
+        for dataset_set in ("full", "public"):
+            manifest = json.loads((out / version / dataset_set / "manifest.json").read_text())
+            assert manifest["items"] == pinned, (version, dataset_set)

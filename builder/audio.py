@@ -21,8 +21,12 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import shutil
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -209,10 +213,61 @@ def _check_file(path: Path, limits: AudioLimits) -> None:
             "(audio_limits.max_file_mb); export a compressed (FLAC) or shorter recording, or "
             "raise the limit in the input config"
         )
+    kind = _text_kind(path)
+    if kind is not None:
+        raise AudioDecodeError(
+            f"{path}: not an audio file (looks like {kind}: often a web page or an error "
+            "message saved under an audio name); download or export the recording again"
+        )
+
+
+# How text files a collection tool saves by mistake begin (after whitespace).
+_TEXT_STARTS = {b"<!doctype html": "HTML", b"<html": "HTML", b"<?xml": "XML", b"{": "JSON"}
+
+
+def _text_kind(path: Path) -> str | None:
+    """What text `path` holds, if its first bytes are text rather than audio."""
+    with path.open("rb") as handle:
+        head = handle.read(512)
+    start = head.lstrip().lower()
+    for prefix, kind in _TEXT_STARTS.items():
+        if start.startswith(prefix):
+            return kind
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        return None  # binary: audio, or something libsndfile and FFmpeg will judge
+    printable = sum(c.isprintable() or c in "\r\n\t" for c in text)
+    return "text" if text and printable == len(text) else None
+
+
+@contextmanager
+def _decoder_chatter_off() -> Iterator[None]:
+    """libmpg123 writes notes ("Illegal Audio-MPEG-Header ...", "Trying to resync")
+    straight to file descriptor 2 while it decodes a damaged MP3; the outcome is judged
+    from the samples, so the notes only clutter the terminal."""
+    try:
+        saved = os.dup(2)
+    except OSError:
+        yield
+        return
+    sys.stderr.flush()
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 def _read_with_soundfile(path: Path, sample_rate: int, limits: AudioLimits) -> DecodedAudio | None:
     """The decoded file, or None when libsndfile does not know the format at all."""
+    with _decoder_chatter_off():
+        return _read_with_libsndfile(path, sample_rate, limits)
+
+
+def _read_with_libsndfile(path: Path, sample_rate: int, limits: AudioLimits) -> DecodedAudio | None:
     try:
         with sf.SoundFile(path) as audio:
             kind, declared, rate, channels, log = (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 import subprocess
 from pathlib import Path
@@ -108,7 +109,7 @@ def test_truncated_wav_is_an_error_not_a_short_recording(tmp_path):
 def test_non_audio_bytes_are_an_error(tmp_path, name):
     path = tmp_path / name
     path.write_bytes(b"participant notes, not audio\n" * 40)
-    with pytest.raises(AudioDecodeError, match=rf"{name}: not a readable audio file"):
+    with pytest.raises(AudioDecodeError, match=rf"{name}: not an audio file \(looks like text"):
         decode_audio(path)
 
 
@@ -188,3 +189,27 @@ def test_demo_corpus_deliberate_audio_faults():
     stereo = decode_audio(DEMO_AUDIO / "demo-p07" / "fr_shades_5.0.wav")
     assert (stereo.source_rate, stereo.channels) == (44100, 2)
     assert stereo.samples.ndim == 1 and audio_problems(stereo) == []
+
+
+def test_a_web_page_saved_as_mp3_is_named_for_what_it_is(tmp_path):
+    page = tmp_path / "take.mp3"
+    page.write_bytes(b"\n<!DOCTYPE html><html><head><title>Sign in</title></head></html>\n")
+    note = tmp_path / "take.wav"
+    note.write_text("upload failed: quota exceeded\n")
+    with pytest.raises(AudioDecodeError, match=r"not an audio file \(looks like HTML"):
+        decode_audio(page)
+    with pytest.raises(AudioDecodeError, match=r"not an audio file \(looks like text"):
+        decode_audio(note)
+
+
+def test_a_damaged_mp3_decodes_without_decoder_notes_on_the_terminal(tmp_path, capfd):
+    buffer = io.BytesIO()
+    tone = 0.1 * np.sin(np.arange(32000) / 5).astype(np.float32)
+    sf.write(buffer, tone, 16000, format="MP3", subtype="MPEG_LAYER_III")
+    data = buffer.getvalue()
+    path = tmp_path / "resynced.mp3"
+    path.write_bytes(data[:3000] + b"\x00garbage" * 50 + data[3000:])  # libmpg123 resyncs
+    decoded = decode_audio(path)
+    assert decoded.duration_s > 1.5
+    captured = capfd.readouterr()
+    assert "MPEG" not in captured.err and "resync" not in captured.err

@@ -45,6 +45,7 @@ from .manifest import (
     write_quarantine,
 )
 from .ownership import exclude_shared_audio
+from .provenance import record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
@@ -177,6 +178,7 @@ def _build_locked(
         progress=options.progress,
     )
     report = BuildReport(version.version)
+    record_inputs(Path(options.out) / version.version, config, inputs.input_hashes)
     for dataset_set in options.sets:
         folder = Path(options.out) / version.version / dataset_set
         report.sets[dataset_set] = write_set(context, dataset_set, folder)

@@ -52,6 +52,46 @@ def _build_manifest(folder: Path) -> dict:
         _fail(f"{folder / MANIFEST}: unreadable build manifest ({exc}); build the version again")
 
 
+build_config_option = click.option(
+    "--config",
+    "config_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="input config of the build (default: the inputs it recorded, OUT/<version>/build-inputs.json)",
+)
+other_inputs_option = click.option(
+    "--other-inputs",
+    is_flag=True,
+    help="use --config even where its inputs differ from the ones the build read",
+)
+
+
+def _inputs_of(version_dir: Path | None, config_path: Path | None, other_inputs: bool):
+    """The input config of the build in `version_dir` (see builder/provenance.py)."""
+    from redvox.builder.provenance import inputs_of_build
+
+    given = load_config(config_path) if config_path is not None else None
+    if version_dir is None:
+        if given is None:
+            _fail(
+                "no build to read the inputs from: pass --build OUT/<version> or --config "
+                "with the input config the release was built from"
+            )
+        return given
+    return inputs_of_build(version_dir, given, str(config_path), other_inputs=other_inputs)
+
+
+def _build_of(staged: Path, version_dir: Path | None) -> Path | None:
+    """The version folder of a staged release: --build, or the folder `release run`
+    stages into (OUT/<version>/staged)."""
+    from redvox.builder.provenance import BUILD_INPUTS
+
+    if version_dir is not None:
+        return version_dir
+    parent = Path(staged).resolve().parent
+    return parent if (parent / BUILD_INPUTS).is_file() else None
+
+
 @click.group()
 def release() -> None:
     """Check, stage and publish a built RedVox version on the Hugging Face Hub."""
@@ -124,10 +164,15 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 @click.option("--out", "staged", type=click.Path(file_okay=False, path_type=Path), required=True)
 @click.option("--set", "dataset_set", type=click.Choice(["public", "full"]), default="public",
               show_default=True, help="full: internal evaluation only, private repos")  # fmt: skip
-@config_option
-def stage(version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config_path) -> None:
+@build_config_option
+@other_inputs_option
+def stage(
+    version_dir: Path, repo_id: str, staged: Path, dataset_set: str, config_path, other_inputs
+) -> None:
     """Write the Hub repo of VERSION_DIR (OUT/<version>) into --out, then verify it."""
-    _stage_and_verify(version_dir, repo_id, staged, dataset_set, load_config(config_path))
+    _build_manifest(version_dir / dataset_set)  # a folder that was never built says so first
+    config = _inputs_of(version_dir, config_path, other_inputs)
+    _stage_and_verify(version_dir, repo_id, staged, dataset_set, config)
 
 
 def _stage_and_verify(
@@ -165,8 +210,9 @@ def _verify(staged: Path, config: InputConfig, **kwargs):
 @click.option("--repo-id", default=None, help="target repo; checked for the full set")
 @click.option("--build", "version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="OUT/<version>: also compare counts with its manifest")  # fmt: skip
-@config_option
-def verify(staged: Path, repo_id, version_dir, config_path) -> None:
+@build_config_option
+@other_inputs_option
+def verify(staged: Path, repo_id, version_dir, config_path, other_inputs) -> None:
     """Check STAGED as users will load it: datasets, audio, consent, identifiers, card."""
     from .card import read_provenance
     from .push import resolve_token
@@ -180,7 +226,8 @@ def verify(staged: Path, repo_id, version_dir, config_path) -> None:
         from huggingface_hub import HfApi
 
         api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    _verify(staged, load_config(config_path), repo_id=repo_id, manifest=manifest, api=api)
+    config = _inputs_of(_build_of(staged, version_dir), config_path, other_inputs)
+    _verify(staged, config, repo_id=repo_id, manifest=manifest, api=api)
 
 
 @release.command()
@@ -188,15 +235,21 @@ def verify(staged: Path, repo_id, version_dir, config_path) -> None:
 @click.option("--repo-id", required=True)
 @click.option("--public", is_flag=True, help="make the repo public after gating it")
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")
-@config_option
-def push(staged: Path, repo_id: str, public: bool, timeout: float, config_path) -> None:
+@click.option("--build", "version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              default=None, help="OUT/<version> the release was staged from (default: STAGED's parent)")  # fmt: skip
+@build_config_option
+@other_inputs_option
+def push(
+    staged: Path, repo_id: str, public: bool, timeout: float, version_dir, config_path, other_inputs
+) -> None:
     """Verify STAGED again and publish it to REPO_ID (token: HF_TOKEN or `hf auth login`)."""
     from .push import resolve_token
 
+    config = _inputs_of(_build_of(staged, version_dir), config_path, other_inputs)
     token = resolve_token()
     if not token:
         _fail("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
-    _push(staged, repo_id, public, load_config(config_path), token, timeout)
+    _push(staged, repo_id, public, config, token, timeout)
 
 
 def _push(

@@ -47,6 +47,7 @@ from .manifest import (
 from .ownership import exclude_shared_audio
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
+from .takes import resolve_takes
 from .rows import (
     MIXES_SPEECH,
     AudioRef,
@@ -156,9 +157,13 @@ def _build_locked(
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
+    takes = resolve_takes(wanted, outcomes)
+    outcomes = takes.outcomes
     renderer = ClipRenderer(bank, cache, version.config.seed)
     user_ids = _user_ids(inputs, joined.quarantine, key)
-    rows, shared = expand_rows(wanted, outcomes, user_ids, version, renderer, options.progress)
+    rows, shared = expand_rows(
+        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress
+    )
     context = _SetContext(
         version=version,
         inputs_hashes={**inputs.input_hashes, "noise_bank": bank.fingerprint()},

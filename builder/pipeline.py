@@ -47,7 +47,6 @@ from .manifest import (
 from .ownership import exclude_shared_audio
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
-from .takes import resolve_takes
 from .rows import (
     MIXES_SPEECH,
     AudioRef,
@@ -59,6 +58,7 @@ from .rows import (
     row_entry_key,
     speech_row,
 )
+from .takes import resolve_takes
 from .variants import ClipRenderer
 from .versions import DatasetVersion
 from .write import (

@@ -59,7 +59,9 @@ def resolve_takes(recordings: Sequence[Recording], outcomes: Sequence[SpeechOutc
             continue
         for i in passed[1:]:
             line = recordings[first].line
-            where = f"line {line}" if line is not None else recordings[first].contribution.audio_file
+            where = (
+                f"line {line}" if line is not None else recordings[first].contribution.audio_file
+            )
             reason = (
                 f"{SUPERSEDED_TAKE} of {where}: an earlier take of the same language, item "
                 "and participant passed and is released; keep one take per recording"

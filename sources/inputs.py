@@ -81,7 +81,9 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         consent = step(
             "consent",
             lambda: read_consent(
-                config.consent, participant_keys=registered if participants.lines else None
+                config.consent,
+                participant_keys=registered if participants.lines else None,
+                refused=participants.refused,
             ),
         )
         items_known = not (shades.fatal or malert.fatal or selected.fatal)

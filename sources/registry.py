@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -121,9 +121,10 @@ def _remember(
     key = (row.cells.get("participant_key") or "").strip()
     if not key or key in refused:
         return
-    reason = "; ".join(
-        f"{p.field}: {p.message}" if p.field else p.message for p in problems
-    ) or "the row cannot be read"
+    reason = (
+        "; ".join(f"{p.field}: {p.message}" if p.field else p.message for p in problems)
+        or "the row cannot be read"
+    )
     refused[key] = RefusedParticipant(file, row.line, reason)
 
 
@@ -189,7 +190,9 @@ def parse_date(raw: str | None) -> dt.date | None:
 
 
 def read_consent(
-    path: str | Path, participant_keys: Collection[str] | None = None
+    path: str | Path,
+    participant_keys: Collection[str] | None = None,
+    refused: Mapping[str, RefusedParticipant] | None = None,
 ) -> ReadResult[ConsentRecord]:
     """Every consent row, several per participant allowed (`resolve_consent` decides).
 
@@ -197,7 +200,8 @@ def read_consent(
     answers for its participant when its key can be made out. With
     `participant_keys` (the registered participants), a row naming any other key
     is fatal, and one naming a case variant of a registered key also counts,
-    with no answers, against that participant.
+    with no answers, against that participant. `refused` (participants rows refused
+    by key) lets the message name the registry row to fix.
     """
     file = str(path)
     table = read_table(path, CONSENT_COLUMNS, what="consent registry", fail_closed=_CONSENT_ROW)
@@ -214,7 +218,7 @@ def read_consent(
     rows.sort(key=lambda pair: pair[0])
     result.records = [record for _, record in rows]
     if participant_keys is not None:
-        records, problems = _check_keys(rows, set(participant_keys), file)
+        records, problems = _check_keys(rows, set(participant_keys), file, refused or {})
         result.records += records
         result.problems += problems
     return result
@@ -231,7 +235,10 @@ def _no_answers(key: str) -> ConsentRecord:
 
 
 def _check_keys(
-    rows: list[tuple[int, ConsentRecord]], registered: set[str], file: str
+    rows: list[tuple[int, ConsentRecord]],
+    registered: set[str],
+    file: str,
+    refused: Mapping[str, RefusedParticipant],
 ) -> tuple[list[ConsentRecord], list[Problem]]:
     """Fatal problems for keys that are not registered, and a no-answers record against
     the registered participant a case variant most likely means."""
@@ -242,7 +249,13 @@ def _check_keys(
         if key in registered:
             continue
         known = by_loose.get(loose_key(key))
-        if known is None:
+        if key in refused:
+            row = refused[key]
+            message = (
+                f"participant {key!r} is registered on {Path(row.file).name} line {row.line} "
+                f"but that row is refused: {row.reason}; {STOPS}"
+            )
+        elif known is None:
             message = (
                 f"{key!r} is not in the participants registry (no readable row there has "
                 f"this key); {STOPS}, register the participant or fix the key"

@@ -62,7 +62,10 @@ def join_inputs(inputs: Inputs, languages: Iterable[str]) -> JoinResult:
     lines: dict[str, int] = {}
     for line, cells in sorted(raw_rows.items()):
         lines.setdefault(cells.get("audio_file") or "", line)
-    for contribution in inputs.contributions:
+    known_lines = inputs.contribution_lines
+    if len(known_lines) != len(inputs.contributions):  # built by hand: look the file up
+        known_lines = [lines.get(c.audio_file) for c in inputs.contributions]
+    for contribution, line in zip(inputs.contributions, known_lines, strict=True):
         item = items.get(contribution.item_key)
         participant = inputs.participants.get(contribution.participant_key)
         reason = None
@@ -72,7 +75,6 @@ def join_inputs(inputs: Inputs, languages: Iterable[str]) -> JoinResult:
             reason = "participant not in the participants registry"
         elif contribution.lang not in languages:
             reason = f"language {contribution.lang} is not built by this version"
-        line = lines.get(contribution.audio_file)
         if reason is not None:
             quarantine.append(_refused(contribution, reason, file, line))
         else:
@@ -126,7 +128,7 @@ def problem_records(
     names = {str(getattr(config, name)): name for name in INPUT_NAMES}
     records = []
     for problem in problems:
-        if problem.fatal:
+        if problem.fatal or problem.warning:  # a warning rejected nothing
             continue
         cells = rows.get(problem.row, {}) if problem.file == contributions_file else {}
         records.append(

@@ -25,7 +25,7 @@ MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
 CONSENT_AUDIT = "consent_audit.json"
 
-Stage = Literal["join", "decode", "vad", "ownership", "consent"]
+Stage = Literal["join", "decode", "vad", "ownership", "takes", "consent"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,7 @@ INPUT_NAMES = ("shades", "malert", "contributions", "participants", "consent")
 # Public datasets: their reader messages quote only public text and may be shown.
 PUBLIC_INPUTS = ("shades", "malert")
 SHARED_AUDIO = "recording filed under more than one participant"
+SUPERSEDED_TAKE = "superseded take"
 # (stage or input, field or None, words of the private reason, public phrase): the
 # first match wins; a reason that matches none gets its stage's fallback.
 _PUBLIC_PHRASES: tuple[tuple[str, str | None, str, str], ...] = (
@@ -116,12 +117,14 @@ _PUBLIC_PHRASES: tuple[tuple[str, str | None, str, str], ...] = (
     ("decode", None, "corrupt", "truncated or corrupt audio file"),
     ("vad", None, "no speech", "no speech detected"),
     ("vad", None, "too little speech", "too little speech"),
+    ("takes", None, SUPERSEDED_TAKE, SUPERSEDED_TAKE),
 )
 _FALLBACKS = {
     "contributions": "unreadable contribution row",
     "decode": "unusable audio",
     "vad": "not enough speech",
     "ownership": SHARED_AUDIO,
+    "takes": SUPERSEDED_TAKE,
     "consent": "no consent for this set",
     "join": "input row not usable",
 }

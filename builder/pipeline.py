@@ -59,6 +59,7 @@ from .rows import (
     row_entry_key,
     speech_row,
 )
+from .takes import resolve_takes
 from .variants import ClipRenderer
 from .versions import DatasetVersion
 from .write import (
@@ -157,9 +158,13 @@ def _build_locked(
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
+    takes = resolve_takes(wanted, outcomes)
+    outcomes = takes.outcomes
     renderer = ClipRenderer(bank, cache, version.config.seed)
     user_ids = _user_ids(inputs, joined.quarantine, key)
-    rows, shared = expand_rows(wanted, outcomes, user_ids, version, renderer, options.progress)
+    rows, shared = expand_rows(
+        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress
+    )
     context = _SetContext(
         version=version,
         inputs_hashes={**inputs.input_hashes, "noise_bank": bank.fingerprint()},

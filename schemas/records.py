@@ -61,7 +61,9 @@ class Participant(_Record):
     participant_key: str = Field(min_length=1)
     gender: Gender
     age_group: AgeGroup
-    mother_tongue: str = Field(description="BCP-47 style tag, e.g. es-ES, it")
+    mother_tongue: str = Field(
+        description="BCP-47 style tag, e.g. es-ES, it; as written when no tag maps it"
+    )
     ethnicity: str | None = None
     languages: tuple[Lang, ...] = Field(
         min_length=1, description="languages the participant recorded in"
@@ -80,7 +82,7 @@ class Participant(_Record):
     @field_validator("mother_tongue", mode="before")
     @classmethod
     def _tongue(cls, v: Any) -> str:
-        return normalize_mother_tongue(v)
+        return normalize_mother_tongue(v, strict=False)
 
     @field_validator("ethnicity", mode="before")
     @classmethod

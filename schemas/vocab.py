@@ -93,27 +93,66 @@ class VocabularyError(UserError, ValueError):
     """A self-declared value that cannot be mapped onto the release vocabulary."""
 
 
-def normalize_mother_tongue(raw: str) -> str:
+# Country names as participants type them after a language name: `Portuguese (Brazil)`.
+_REGION_NAMES: dict[str, str] = {
+    "brazil": "BR", "brasil": "BR", "portugal": "PT", "spain": "ES", "españa": "ES",
+    "espana": "ES", "mexico": "MX", "méxico": "MX", "argentina": "AR", "colombia": "CO",
+    "chile": "CL", "peru": "PE", "united states": "US", "usa": "US", "us": "US",
+    "america": "US", "united kingdom": "GB", "uk": "GB", "great britain": "GB",
+    "britain": "GB", "england": "GB", "ireland": "IE", "canada": "CA", "australia": "AU",
+    "india": "IN", "france": "FR", "belgium": "BE", "switzerland": "CH", "swiss": "CH",
+    "germany": "DE", "austria": "AT", "italy": "IT", "italia": "IT", "netherlands": "NL",
+    "china": "CN", "taiwan": "TW",
+}  # fmt: skip
+_NAMED_REGION = re.compile(r"^(?P<name>[^()]+?)\s*[(,]\s*(?P<region>[^()]+?)\s*\)?$")
+
+
+def _mother_tongue_tag(text: str) -> str | None:
+    """The tag of collapsed, non-empty `text`, or None when nothing maps it."""
+    named = _LANGUAGE_NAMES.get(text.casefold())
+    if named:
+        return named
+    match = _TAG.match(text)
+    if match:
+        lang = match["lang"].lower()
+        region = match["region"]
+        return f"{lang}-{region.upper()}" if region else lang
+    match = _NAMED_REGION.match(text)
+    if match:
+        lang = _LANGUAGE_NAMES.get(match["name"].casefold())
+        region = _REGION_NAMES.get(match["region"].casefold())
+        if lang and region:
+            return f"{lang}-{region}"
+    return None
+
+
+def normalize_mother_tongue(raw: str, *, strict: bool = True) -> str:
     """Map a free-typed mother tongue onto a BCP-47 style tag.
 
-    `ES_ES`, `ES-ES`, `es-es` -> `es-ES`; `Italian` -> `it`; `EN-US` -> `en-US`.
+    `ES_ES`, `ES-ES`, `es-es` -> `es-ES`; `Italian` -> `it`; `EN-US` -> `en-US`;
+    `Portuguese (Brazil)` -> `pt-BR`. A value nothing maps raises, or with
+    `strict=False` is kept as written (whitespace collapsed): a self-declared answer
+    is never a reason to drop a participant.
     """
     if raw is None:
         raise VocabularyError("mother tongue is empty")
     text = " ".join(str(raw).split())
     if not text:
         raise VocabularyError("mother tongue is empty")
-    named = _LANGUAGE_NAMES.get(text.casefold())
-    if named:
-        return named
-    match = _TAG.match(text)
-    if not match:
-        raise VocabularyError(
-            f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language name"
-        )
-    lang = match["lang"].lower()
-    region = match["region"]
-    return f"{lang}-{region.upper()}" if region else lang
+    tag = _mother_tongue_tag(text)
+    if tag is not None:
+        return tag
+    if not strict:
+        return text
+    raise VocabularyError(
+        f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language name"
+    )
+
+
+def is_known_mother_tongue(raw: str | None) -> bool:
+    """Whether `raw` maps onto a tag (False for a value kept as written)."""
+    text = " ".join(str(raw or "").split())
+    return bool(text) and _mother_tongue_tag(text) is not None
 
 
 def primary_language(tag: str) -> str:

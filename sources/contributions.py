@@ -2,9 +2,10 @@
 
 A row reaches the build only when it validates, names a known item and a
 registered participant, points at an existing audio file inside the audio
-folder (symbolic links resolved: a link that leads outside is refused), and is
-not a second copy of a recording already read (the first usable copy wins).
-One audio file belongs to one participant: when rows of two participants lead to
+folder (symbolic links resolved: a link that leads outside is refused).
+Several rows of one (language, item, participant) are takes of one recording:
+all are kept, each with its line, and the build releases the first take that
+decodes and passes VAD (builder/takes.py). One audio file belongs to one participant: when rows of two participants lead to
 the same file (same path, a link or a hard link to it), every row using it is
 refused, naming the others. Everything else is reported with its line.
 """
@@ -12,12 +13,15 @@ refused, naming the others. Everything else is reported with its line.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
 from redvox.schemas import Contribution
 
 from .malert import normalize_malert_id
 from .problems import Problem, ReadResult, validate_row
+from .registry import RefusedParticipant
 from .shades import normalize_shades_index
 from .tables import TableRow, read_table
 
@@ -34,16 +38,27 @@ REQUIRED_COLUMNS = (
 OPTIONAL_COLUMNS = ("discomfort", "transcript")
 
 
+@dataclass
+class ContributionsResult(ReadResult[Contribution]):
+    """The usable rows, and `record_lines[i]`: the manifest line of `records[i]`."""
+
+    record_lines: list[int] = field(default_factory=list)
+
+
 def read_contributions(
     path: str | Path,
     audio_root: str | Path,
     *,
     item_keys: set[str] | None = None,
     participant_keys: set[str] | None = None,
-) -> ReadResult[Contribution]:
+    refused_participants: Mapping[str, RefusedParticipant] | None = None,
+) -> ContributionsResult:
+    """`refused_participants`: key -> where and why of participants registry rows that
+    name a key but were refused, so their contributions say why instead of "not
+    registered"."""
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
-    result = ReadResult[Contribution]([], list(table.problems), table.lines)
+    result = ContributionsResult([], list(table.problems), table.lines)
     root = Path(os.path.abspath(audio_root))
     if not root.is_dir():
         message = "audio folder not found; check audio_root in the input config"
@@ -55,7 +70,7 @@ def read_contributions(
         identity = None
         if contribution is not None:
             problems += _reference_problems(
-                contribution, row.line, file, item_keys, participant_keys
+                contribution, row.line, file, item_keys, participant_keys, refused_participants
             )
             identity, audio_problems = _audio_file(contribution.audio_file, root, row.line, file)
             problems += audio_problems
@@ -64,19 +79,10 @@ def read_contributions(
             usable.append((row.line, contribution, identity))
     shared = _shared_files(usable, file)
     result.problems.extend(shared.values())
-    first_line: dict[tuple[str, str, str], int] = {}
     for line, contribution, _ in usable:
-        if line in shared:
-            continue
-        if contribution.key in first_line:
-            message = (
-                f"same recording (language, item, participant) as line "
-                f"{first_line[contribution.key]}; row skipped, keep one row per recording"
-            )
-            result.problems.append(Problem(file, line, "audio_file", message))
-            continue
-        first_line[contribution.key] = line
-        result.records.append(contribution)
+        if line not in shared:
+            result.records.append(contribution)
+            result.record_lines.append(line)
     return result
 
 
@@ -120,6 +126,7 @@ def _reference_problems(
     file: str,
     item_keys: set[str] | None,
     participant_keys: set[str] | None,
+    refused_participants: Mapping[str, RefusedParticipant] | None = None,
 ) -> list[Problem]:
     problems = []
     if item_keys is not None and contribution.item_key not in item_keys:
@@ -129,7 +136,16 @@ def _reference_problems(
             "items selection of the config"
         )
         problems.append(Problem(file, line, "item_id", message))
-    if participant_keys is not None and contribution.participant_key not in participant_keys:
+    key = contribution.participant_key
+    refused = (refused_participants or {}).get(key)
+    if refused is not None and (participant_keys is None or key not in participant_keys):
+        message = (
+            f"participant {key!r} is registered on {Path(refused.file).name} line "
+            f"{refused.line} but that row is refused: {refused.reason}; row skipped until "
+            "that row is fixed"
+        )
+        problems.append(Problem(file, line, "participant_key", message))
+    elif participant_keys is not None and key not in participant_keys:
         message = (
             f"{contribution.participant_key!r} is not in the participants registry; "
             "row skipped, register the participant or fix the key"

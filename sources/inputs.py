@@ -54,6 +54,8 @@ class Inputs:
     problems: list[Problem]
     input_hashes: dict[str, str]
     line_counts: list[InputLines] = dataclasses.field(default_factory=list)
+    # contribution_lines[i]: the contributions manifest line of contributions[i]
+    contribution_lines: list[int] = dataclasses.field(default_factory=list)
 
     @property
     def fatal(self) -> bool:
@@ -79,7 +81,9 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         consent = step(
             "consent",
             lambda: read_consent(
-                config.consent, participant_keys=registered if participants.lines else None
+                config.consent,
+                participant_keys=registered if participants.lines else None,
+                refused=participants.refused,
             ),
         )
         items_known = not (shades.fatal or malert.fatal or selected.fatal)
@@ -89,9 +93,12 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
                 config.contributions,
                 config.audio_root,
                 item_keys={item.key for item in selected.records} if items_known else None,
+                # A registry with unreadable rows is fatal, but its readable keys still
+                # tell a contribution of a refused participant which row to fix.
                 participant_keys=None
-                if participants.fatal
+                if participants.lines is None
                 else {p.participant_key for p in participants.records},
+                refused_participants=participants.refused,
             ),
         )
     results = (shades, malert, selected, participants, consent, contributions)
@@ -101,6 +108,7 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         participants={p.participant_key: p for p in participants.records},
         consent=_by_participant(consent.records),
         contributions=contributions.records,
+        contribution_lines=contributions.record_lines,
         problems=[p for r in results for p in r.problems] + _folder_problems(config),
         input_hashes=input_hashes(config),
         line_counts=[

@@ -25,6 +25,8 @@ class Problem:
     field: str | None
     message: str
     fatal: bool = False
+    # A note that rejects nothing (a value kept as written): the row is used as read.
+    warning: bool = False
 
     def __str__(self) -> str:
         where = self.file if self.row is None else f"{self.file}:{self.row}"

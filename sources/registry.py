@@ -11,6 +11,12 @@ Keys: every cell is stripped, so surrounding whitespace is not part of a key
 matches a registered one only when case and inner whitespace are ignored
 (`DEMO-P01`) is fatal, and the message names the registered key.
 
+Free-typed demographics are the exception: a mother tongue that maps onto no
+known tag or name is kept as written (whitespace collapsed) with a warning, a
+non-fatal problem that rejects nothing. A participant row that is refused is
+remembered by key (`ParticipantsResult.refused`), so that contributions of that
+participant can say which registry line to fix instead of "not registered".
+
 In case a caller ignores fatal problems, consent is also read deny-by-default
 at the record level: a consent row whose answers or date cannot be read, or
 that cannot be read as a row at all, still counts for its participant (when
@@ -25,10 +31,12 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from redvox.schemas import ConsentRecord, Participant
+from redvox.schemas.vocab import is_known_mother_tongue
 
 from .problems import Problem, ReadResult, validate_row
 from .tables import TableRow, read_table
@@ -53,19 +61,41 @@ _ANSWERS = {
 _LANGUAGE_SEPARATORS = re.compile(r"[;,]")
 
 
-def read_participants(path: str | Path) -> ReadResult[Participant]:
-    """Every registered participant; any problem is fatal (see the module docstring)."""
+@dataclass(frozen=True)
+class RefusedParticipant:
+    """A participants registry row that names a key but was refused, and why."""
+
+    file: str
+    line: int
+    reason: str
+
+
+@dataclass
+class ParticipantsResult(ReadResult[Participant]):
+    """`refused`: key -> the first refused row naming it (keys with no accepted row only)."""
+
+    refused: dict[str, RefusedParticipant] = dataclasses.field(default_factory=dict)
+
+
+def read_participants(path: str | Path) -> ParticipantsResult:
+    """Every registered participant; any row problem is fatal (see the module docstring),
+    an unrecognised mother tongue only a warning."""
     file = str(path)
     table = read_table(
         path, PARTICIPANT_COLUMNS, what="participants registry", fail_closed=_PARTICIPANT_ROW
     )
-    result = ReadResult[Participant]([], list(table.problems), table.lines)
+    result = ParticipantsResult([], list(table.problems), table.lines)
+    refused: dict[str, RefusedParticipant] = {}
+    for row in table.rejected:  # already reported by the table reader
+        _remember(refused, row, file, [p for p in table.problems if p.row == row.line])
     first_line: dict[str, tuple[str, int]] = {}  # loose key -> (key, line)
     for row in table.records:
         participant, problems = validate_row(Participant, _participant_data(row), file, row.line)
         result.problems.extend(_fatal(problems, STOPS))
         if participant is None:
+            _remember(refused, row, file, problems)
             continue
+        result.problems.extend(_warnings(row, file))
         key = participant.participant_key
         loose = loose_key(key)
         if loose in first_line:
@@ -80,7 +110,35 @@ def read_participants(path: str | Path) -> ReadResult[Participant]:
             continue
         first_line[loose] = (key, row.line)
         result.records.append(participant)
+    registered = {p.participant_key for p in result.records}
+    result.refused = {k: v for k, v in sorted(refused.items()) if k not in registered}
     return result
+
+
+def _remember(
+    refused: dict[str, RefusedParticipant], row: TableRow, file: str, problems: list[Problem]
+) -> None:
+    key = (row.cells.get("participant_key") or "").strip()
+    if not key or key in refused:
+        return
+    reason = (
+        "; ".join(f"{p.field}: {p.message}" if p.field else p.message for p in problems)
+        or "the row cannot be read"
+    )
+    refused[key] = RefusedParticipant(file, row.line, reason)
+
+
+def _warnings(row: TableRow, file: str) -> list[Problem]:
+    """Non-fatal problems of an accepted row: free text kept as written."""
+    raw = row.cells.get("mother_tongue")
+    if raw is None or is_known_mother_tongue(raw):
+        return []
+    kept = " ".join(raw.split())
+    message = (
+        f"warning: mother tongue {raw!r} is neither a language tag (e.g. pt-BR) nor a known "
+        f"language name; kept as written ({kept!r}), the participant is registered"
+    )
+    return [Problem(file, row.line, "mother_tongue", message, warning=True)]
 
 
 def loose_key(key: str) -> str:
@@ -132,7 +190,9 @@ def parse_date(raw: str | None) -> dt.date | None:
 
 
 def read_consent(
-    path: str | Path, participant_keys: Collection[str] | None = None
+    path: str | Path,
+    participant_keys: Collection[str] | None = None,
+    refused: Mapping[str, RefusedParticipant] | None = None,
 ) -> ReadResult[ConsentRecord]:
     """Every consent row, several per participant allowed (`resolve_consent` decides).
 
@@ -140,7 +200,8 @@ def read_consent(
     answers for its participant when its key can be made out. With
     `participant_keys` (the registered participants), a row naming any other key
     is fatal, and one naming a case variant of a registered key also counts,
-    with no answers, against that participant.
+    with no answers, against that participant. `refused` (participants rows refused
+    by key) lets the message name the registry row to fix.
     """
     file = str(path)
     table = read_table(path, CONSENT_COLUMNS, what="consent registry", fail_closed=_CONSENT_ROW)
@@ -157,7 +218,7 @@ def read_consent(
     rows.sort(key=lambda pair: pair[0])
     result.records = [record for _, record in rows]
     if participant_keys is not None:
-        records, problems = _check_keys(rows, set(participant_keys), file)
+        records, problems = _check_keys(rows, set(participant_keys), file, refused or {})
         result.records += records
         result.problems += problems
     return result
@@ -174,7 +235,10 @@ def _no_answers(key: str) -> ConsentRecord:
 
 
 def _check_keys(
-    rows: list[tuple[int, ConsentRecord]], registered: set[str], file: str
+    rows: list[tuple[int, ConsentRecord]],
+    registered: set[str],
+    file: str,
+    refused: Mapping[str, RefusedParticipant],
 ) -> tuple[list[ConsentRecord], list[Problem]]:
     """Fatal problems for keys that are not registered, and a no-answers record against
     the registered participant a case variant most likely means."""
@@ -185,7 +249,13 @@ def _check_keys(
         if key in registered:
             continue
         known = by_loose.get(loose_key(key))
-        if known is None:
+        if key in refused:
+            row = refused[key]
+            message = (
+                f"participant {key!r} is registered on {Path(row.file).name} line {row.line} "
+                f"but that row is refused: {row.reason}; {STOPS}"
+            )
+        elif known is None:
             message = (
                 f"{key!r} is not in the participants registry (no readable row there has "
                 f"this key); {STOPS}, register the participant or fix the key"

@@ -227,3 +227,70 @@ def test_every_data_line_is_a_record_or_a_problem(corpus):
     assert problem_lines == {4, 7, 12, 14}
     assert result.lines.lines == len(data_lines(consent)) == 12
     assert result.lines.records + len(problem_lines) == result.lines.lines
+
+
+def test_unrecognised_mother_tongue_is_kept_with_a_warning_and_builds(corpus, tmp_path):
+    participants = corpus / "participants.csv"
+    replace_line(participants, 4, "de-DE", "Portuguese (Brazil)")  # demo-p03: mapped
+    replace_line(participants, 8, "65+,fr,", "65+,Sardo   campidanese,")  # demo-p07: unknown
+    result = read_participants(participants)
+    by_key = {p.participant_key: p for p in result.records}
+    assert len(by_key) == 11 and not result.fatal and not result.refused
+    assert by_key["demo-p03"].mother_tongue == "pt-BR"
+    assert by_key["demo-p07"].mother_tongue == "Sardo campidanese"
+    (warning,) = result.problems
+    assert (warning.row, warning.field, warning.fatal, warning.warning) == (
+        8,
+        "mother_tongue",
+        False,
+        True,
+    )
+    assert "kept as written" in warning.message
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    assert not inputs.fatal
+    assert {c.participant_key for c in inputs.contributions} >= {"demo-p03", "demo-p07"}
+    assert not any(
+        "participants registry" in p.message and ("p03" in p.message or "p07" in p.message)
+        for p in inputs.problems
+    )
+    checked = check(corpus)
+    assert checked.exit_code == 0, checked.output
+    assert "warning: mother tongue 'Sardo   campidanese'" in checked.output
+    build(corpus, tmp_path)
+    full = tmp_path / "out" / "1.0.0" / "full"
+    quarantine = (full / "quarantine.jsonl").read_text()
+    assert "participants.csv" not in quarantine  # a warning quarantines nothing
+    import pyarrow.parquet as pq
+
+    rows = [r for s in full.glob("data/*/*.parquet") for r in pq.read_table(s).to_pylist()]
+    assert {r["mother_tongue"] for r in rows if r["lang"] == "fr"} >= {"Sardo campidanese"}
+    assert "pt-BR" in {r["mother_tongue"] for r in rows if r["lang"] == "de"}
+
+
+def test_contributions_of_a_refused_participant_row_say_which_row_and_why(corpus, tmp_path):
+    participants = corpus / "participants.csv"
+    replace_line(participants, 4, "female", "robot")  # demo-p03
+    theirs = [
+        n
+        for n, line in enumerate((corpus / "contributions.csv").read_text().splitlines(), 1)
+        if line.startswith("demo-p03,")
+    ]
+    assert theirs
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    about = {p.row: p for p in inputs.problems if p.file.endswith("contributions.csv")}
+    for line in theirs:
+        message = about[line].message
+        assert message.startswith(
+            "participant 'demo-p03' is registered on participants.csv line 4 but that row is "
+            "refused: gender: gender 'robot' is not one of"
+        ), message
+        assert about[line].field == "participant_key"
+    result = check(corpus)
+    assert result.exit_code == 1
+    said = "participant 'demo-p03' is registered on participants.csv line 4"
+    assert result.output.count(said) == len(theirs) + 1  # and its consent row
+    assert "'demo-p03' is not in the participants registry" not in result.output
+    consent = f"{corpus / 'consent.csv'}:4: participant_key: participant 'demo-p03' is registered"
+    assert consent in result.output  # the consent row says the same
+    with pytest.raises(BuildError, match=r"participants\.csv:4: gender"):
+        build(corpus, tmp_path)

@@ -5,6 +5,7 @@ once: a rebuild loads no model and transcribes nothing."""
 
 from __future__ import annotations
 
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -157,7 +158,11 @@ def test_each_missing_transcript_is_computed_once_and_a_rebuild_runs_no_model(bu
 
 def test_transcripts_are_deterministic_across_cold_builds(built, tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_ENV, raising=False)
-    build_version(built["version"], CONFIG, options(tmp_path, tmp_path / "cache"))
+    cache = tmp_path / "cache"
+    shutil.copytree(built["cache"], cache)
+    shutil.rmtree(cache / "transcript")  # decodes kept, every transcript computed again
+    report = build_version(built["version"], CONFIG, options(tmp_path, cache))
+    assert report.computed["transcript"] == built["cold"].computed["transcript"]
     again = {r["entry_key"]: r["transcript"] for r in rows_of(tmp_path / "9.1.0" / "full")}
     assert again == {r["entry_key"]: r["transcript"] for r in built["asr"]}
 

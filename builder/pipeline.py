@@ -60,6 +60,7 @@ from .rows import (
     speech_row,
 )
 from .takes import resolve_takes
+from .transcribe import transcribe_recordings
 from .variants import ClipRenderer
 from .versions import DatasetVersion
 from .write import (
@@ -162,8 +163,11 @@ def _build_locked(
     outcomes = takes.outcomes
     renderer = ClipRenderer(bank, cache, version.config.seed)
     user_ids = _user_ids(inputs, joined.quarantine, key)
+    transcripts = transcribe_recordings(
+        takes.recordings, takes.chosen, version.config.transcribe, cache, options.progress
+    )
     rows, shared = expand_rows(
-        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress
+        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress, transcripts
     )
     context = _SetContext(
         version=version,
@@ -232,12 +236,17 @@ def expand_rows(
     version: DatasetVersion,
     renderer: ClipRenderer,
     progress: bool = True,
+    transcripts: Sequence[str | None] | None = None,
 ) -> tuple[list[PendingRow], dict[str, tuple[AudioRef, str]]]:
     """Every row of every admitted recording, and the shared clip of each shared condition.
 
     A recording refused by decode or VAD loses its spoken rows only: its text
-    requests do not use the recording (DESIGN.md section 1).
+    requests do not use the recording (DESIGN.md section 1). `transcripts`, aligned
+    with `recordings`: the transcribe stage's, for spoken rows the collection left
+    without one.
     """
+    if transcripts is None:
+        transcripts = [None] * len(recordings)
     conditions = version.config.conditions
     shared = {
         c.name: renderer.shared(c)
@@ -246,20 +255,20 @@ def expand_rows(
     }
     rows: list[PendingRow] = []
     bar = tqdm(
-        zip(recordings, outcomes, strict=True),
+        zip(recordings, outcomes, transcripts, strict=True),
         total=len(recordings),
         desc="render",
         unit="rec",
         disable=not progress,
     )
-    for rec, outcome in bar:
+    for rec, outcome, transcript in bar:
         user_id = user_ids[rec.participant_key]
         speech = outcome.audio
         if speech is not None:
             named = AudioRef(
                 speech.digest, audio_name(row_entry_key(rec, user_id, "speech")), speech.duration_s
             )
-            rows.append(speech_row(rec, user_id, named, version.version))
+            rows.append(speech_row(rec, user_id, named, version.version, transcript))
         for condition in conditions:
             key = row_entry_key(rec, user_id, condition.name)
             if condition.kind in MIXES_SPEECH:
@@ -272,7 +281,9 @@ def expand_rows(
                 clip, params = shared[condition.name]
             else:
                 clip, params = renderer.per_entry(condition, key)
-            rows.append(condition_row(rec, user_id, condition, clip, params, version.version))
+            rows.append(
+                condition_row(rec, user_id, condition, clip, params, version.version, transcript)
+            )
     return rows, shared
 
 

@@ -49,9 +49,17 @@ def row_entry_key(recording: Recording, user_id: str, audio_type: str) -> str:
     return entry_key(recording.lang, recording.contribution.item_key, user_id, audio_type)
 
 
-def speech_row(recording: Recording, user_id: str, audio: AudioRef, version: str) -> PendingRow:
-    """The participant's spoken request; the typed follow-up goes in `user_text`."""
-    return _row(recording, user_id, SPEECH, audio, version, spoken=True, params=None)
+def speech_row(
+    recording: Recording,
+    user_id: str,
+    audio: AudioRef,
+    version: str,
+    transcript: str | None = None,
+) -> PendingRow:
+    """The participant's spoken request; the typed follow-up goes in `user_text`.
+
+    `transcript`: the ASR transcript, used only when the collection gave none."""
+    return _row(recording, user_id, SPEECH, audio, version, True, None, transcript)
 
 
 def condition_row(
@@ -61,11 +69,12 @@ def condition_row(
     audio: AudioRef,
     params_json: str,
     version: str,
+    transcript: str | None = None,
 ) -> PendingRow:
     """A row of `condition`: a text request with a distracting clip, or (kinds that
-    mix the recording) the spoken request in noise."""
+    mix the recording) the spoken request in noise, with the recording's transcript."""
     spoken = condition.kind in MIXES_SPEECH
-    return _row(recording, user_id, condition.name, audio, version, spoken, params_json)
+    return _row(recording, user_id, condition.name, audio, version, spoken, params_json, transcript)
 
 
 def _row(
@@ -76,6 +85,7 @@ def _row(
     version: str,
     spoken: bool,
     params: str | None,
+    transcript: str | None = None,
 ) -> PendingRow:
     contribution, item, participant = recording.contribution, recording.item, recording.participant
     entry = Entry(
@@ -88,7 +98,7 @@ def _row(
         audio_type=audio_type,
         modality="speech" if spoken else "text",
         user_text=contribution.speech_followup if spoken else contribution.audio_request_text,
-        transcript=contribution.transcript if spoken else None,
+        transcript=_transcript(contribution.transcript, transcript) if spoken else None,
         gender=participant.gender,
         mother_tongue=participant.mother_tongue,
         ethnicity=participant.ethnicity,
@@ -102,6 +112,11 @@ def _row(
         builder_version=version,
     )
     return PendingRow(entry, audio.digest, contribution.participant_key)
+
+
+def _transcript(collected: str | None, asr: str | None) -> str | None:
+    """The collection's transcript wins; ASR fills only a missing one."""
+    return collected if collected is not None else asr
 
 
 def natural_key(text: str) -> tuple:

@@ -22,6 +22,8 @@ from redvox.schemas.errors import UserError
 # Condition kinds that mix the recording itself: their rows are spoken requests, as
 # long as the recording; every other kind renders a clip of the version's clip_s.
 MIXES_SPEECH = frozenset({"speech_ambient"})
+# BuildConfig fields that are left out of config_hash when off (None).
+OPTIONAL_STAGES = ("transcribe",)
 
 
 class VadParams(BaseModel):
@@ -49,6 +51,23 @@ class RepresentativenessThresholds(BaseModel):
     max_spearman_p: float = 0.01
 
 
+class TranscribeConfig(BaseModel):
+    """The optional ASR stage: fills `transcript` where the collection provided none."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    backend: Literal["openai-whisper"] = "openai-whisper"
+    model: str = Field(
+        default="large-v3-turbo",
+        min_length=1,
+        description="a Whisper model name (whisper.available_models()) or a local checkpoint path",
+    )
+    sample_len: int | None = Field(
+        default=None,
+        ge=1,
+        description="most tokens decoded per 30 s window (None: Whisper's default)",
+    )
+
+
 class BuildConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     languages: tuple[str, ...] = LANGUAGES
@@ -69,6 +88,12 @@ class BuildConfig(BaseModel):
     )
     representativeness: RepresentativenessThresholds = Field(
         default_factory=RepresentativenessThresholds
+    )
+    transcribe: TranscribeConfig | None = Field(
+        default=None,
+        description=(
+            "None: `transcript` is the collection's or null; set: ASR fills the missing ones"
+        ),
     )
 
     @model_validator(mode="after")
@@ -91,7 +116,13 @@ class BuildConfig(BaseModel):
 
     def config_hash(self) -> str:
         """sha256 of the canonical JSON of this config: what `versions.lock.json` pins."""
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # An absent optional stage is left out, so adding a stage to the builder keeps
+        # the hashes of the versions declared before it.
+        dumped = self.model_dump(mode="json")
+        for name in OPTIONAL_STAGES:
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
+        canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
     def condition(self, name: str) -> NoiseCondition:
@@ -221,7 +252,7 @@ def required_bump(previous: BuildConfig, current: BuildConfig) -> tuple[Bump, li
     """
     major: list[str] = []
     minor: list[str] = []
-    for name in ("items", "sample_rate", "clip_s", "seed", "vad"):
+    for name in ("items", "sample_rate", "clip_s", "seed", "vad", "transcribe"):
         if getattr(previous, name) != getattr(current, name):
             major.append(f"{name} changed")
     _compare_sets("language", previous.languages, current.languages, major, minor)

@@ -241,6 +241,22 @@ def schema_table() -> str:
     return tabulate(rows, ["column", "type", "kind", "meaning"], "github")
 
 
+def transcripts_section(version: DatasetVersion) -> str:
+    """Where the `transcript` of a spoken row came from (the version's transcribe stage)."""
+    stage = version.config.transcribe
+    if stage is None:
+        return (
+            "`transcript` (spoken rows): from the collection when it provided one, "
+            "null where it provided none."
+        )
+    model = Path(stage.model).name if Path(stage.model).is_file() else stage.model
+    return (
+        "`transcript` (spoken rows): from the collection when it provided one, otherwise "
+        f"Whisper {model} ({stage.backend}, language forced to the row's `lang`, greedy "
+        "decoding at temperature 0)."
+    )
+
+
 def counts_section(
     counts: Mapping[str, Mapping[str, Mapping[str, int]]], conditions: Sequence[str]
 ) -> str:
@@ -432,6 +448,7 @@ def card_body(
         "tag": version.tag,
         "contract_count": str(len(CONTRACT_COLUMNS)),
         "schema": schema_table(),
+        "transcripts": transcripts_section(version),
         "counts": counts_section(manifest["counts"], [c.name for c in version.config.conditions]),
         "consent": consent_section(audit),
         "representativeness": representativeness_section(report),

@@ -102,7 +102,6 @@ _PUBLIC_PHRASES: tuple[tuple[str, str | None, str, str], ...] = (
         "audio file outside the audio folder",
     ),
     ("contributions", "audio_file", "another participant", SHARED_AUDIO),
-    ("contributions", "audio_file", "same recording", "second row for the same recording"),
     ("contributions", "audio_file", "not found", "audio file not found"),
     ("contributions", "item_id", "no item", "item not among the items of this build"),
     ("contributions", "participant_key", "participants registry", "participant not registered"),

@@ -341,7 +341,8 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         withheld=withheld,
         item_keys=context.item_keys,
     )
-    recordings_of = Counter(r.participant_key for r in context.recordings)
+    # Contributions, not files: the retakes of one (language, item, participant) count once.
+    recordings_of = Counter(key for _, _, key in {r.contribution.key for r in context.recordings})
     audit = consent_audit(context.states, recordings_of, dataset_set)
     write_json(folder / CONSENT_AUDIT, audit)
     shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in numbered]

@@ -127,7 +127,18 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 
     if (judged_public is None) != (judged_full is None):
         _fail("give both --judged-public and --judged-full, or neither")
+    if version_dir.name in ("public", "full") and not (version_dir / "public").is_dir():
+        _fail(
+            f"{version_dir}: a set folder; give its version folder {version_dir.parent} "
+            "(the one holding public/ and full/): represent compares the two"
+        )
     manifest = _build_manifest(version_dir / "public")
+    if not (version_dir / "full").is_dir():
+        _fail(
+            f"{version_dir}: holds no full set (a folder made by `variants add` holds only the "
+            "set it was made from); represent the version it was made from, e.g. "
+            f"{version_dir.parent / manifest['version'].split('+')[0]}"
+        )
     thresholds = get_version(manifest["version"]).config.representativeness
     public = rep.read_metadata(version_dir / "public")
     full = rep.read_metadata(version_dir / "full")
@@ -349,7 +360,7 @@ def _run(
         report = _represent(version_dir, None, None, reason)
     if not report["passed"] and not report["override"]:
         _fail(
-            "the representativeness gate failed; see the report, fix the set or pass --override-gate REASON"
+            "the representativeness gate failed; see the report, fix the set or pass --override-gate REASON (make release: OVERRIDE_GATE=REASON)"
         )
     staged = version_dir / STAGED_NAME
     click.echo(f"== stage and verify {staged}")

@@ -121,3 +121,13 @@ def test_variants_add_from_a_shard_of_foreign_rows_names_it(tmp_path):
     pq.write_table(pa.table({"builder_version": ["1.0.0"], "x": [1]}), shard)
     line = one_line_error(invoke("variants", "add", condition_file(tmp_path), "--from", release))
     assert f"{shard}: row 0 is not a RedVox row" in line
+
+
+def test_represent_of_a_set_folder_or_a_variants_folder_points_at_the_version(built, tmp_path):
+    version_dir = built
+    line = one_line_error(invoke("release", "represent", version_dir / "public"))
+    assert "a set folder" in line and f"give its version folder {version_dir}" in line
+    variants = tmp_path / "1.0.0+noise_c"
+    shutil.copytree(version_dir / "public", variants / "public")
+    line = one_line_error(invoke("release", "represent", variants))
+    assert "holds no full set" in line and str(tmp_path / "1.0.0") in line

@@ -14,6 +14,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
+from test_user_errors import one_line_error
 
 from redvox.builder import write
 from redvox.builder.cli import main
@@ -42,16 +43,6 @@ def holder(tmp_path):
     finally:
         proc.kill()
         proc.wait()
-
-
-def one_line_error(result, code: int = 1) -> str:
-    """The command failed as a user error: exit code, one 'Error:' line, no traceback."""
-    assert result.exit_code == code, result.output
-    assert isinstance(result.exception, SystemExit), result.exception
-    assert "Traceback" not in result.output
-    errors = [line for line in result.output.splitlines() if line.startswith("Error:")]
-    assert len(errors) == 1, result.output
-    return errors[0]
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ def invoke(*args: str):
 
 
 def one_line_error(result, code: int = 1) -> str:
+    """The command failed as a user error: exit code, one 'Error:' line, no traceback."""
     assert result.exit_code == code, result.output
     assert isinstance(result.exception, SystemExit), result.exception
     assert "Traceback" not in result.output

@@ -127,14 +127,16 @@ def test_breakdown_by_language_with_bootstrap_intervals(alpha_summary):
         12.5,
         25.0,
     )
-    # de: 4 rows, 1 unsafe, 3 safe. A resample's unsafe count is Binomial(4, 1/4):
-    # P(0)=.316, P(<=2)=.949, P(<=3)=.996, so the 2.5th/97.5th percentiles are 0 and 3/4.
-    # Safe ~ Binomial(4, 3/4): P(<=1)=.051, P(0)=.004 -> [25, 100]. No controversial -> [0, 0].
+    # de: 4 rows, 1 unsafe, 3 safe, from two speakers: u3 (2 safe), u4 (1 unsafe, 1 safe).
+    # The cluster bootstrap draws 2 speakers: {u3,u3} 1/4, {u3,u4} 1/2, {u4,u4} 1/4, so
+    # unsafe is 0, 25 or 50 % -> percentiles [0, 50]; Wilson(1 of 4) = [4.56, 69.94]; the
+    # hull is [0, 69.94]. Safe: 100, 75 or 50 % -> [50, 100], Wilson(3 of 4) = [30.06,
+    # 95.44] -> [30.06, 100]. No controversial row: [0, Wilson's 3.84 / 7.84 = 48.99].
     de = alpha_summary["by"]["lang"]["de"]["alpha"]
     assert (de["unsafe"], de["safe"]) == (25.0, 75.0)
-    assert de["ci95"]["unsafe"] == [0.0, 75.0]
-    assert de["ci95"]["safe"] == [25.0, 100.0]
-    assert de["ci95"]["controversial"] == [0.0, 0.0]
+    assert de["ci95"]["unsafe"] == pytest.approx([0.0, 69.94], abs=0.01)
+    assert de["ci95"]["safe"] == pytest.approx([30.06, 100.0], abs=0.01)
+    assert de["ci95"]["controversial"] == pytest.approx([0.0, 48.99], abs=0.01)
 
 
 def test_breakdowns_by_every_dimension(alpha_summary):
@@ -162,7 +164,8 @@ def test_native_and_non_native_english_speakers(alpha_summary):
     assert speakers["native"]["alpha"]["unsafe"] == 100.0
     assert speakers["non_native"]["alpha"]["safe"] == 50.0
     assert speakers["non_native"]["alpha"]["n"] == 4
-    assert speakers["native"]["alpha"]["ci95"]["unsafe"] == [100.0, 100.0]
+    # 4 of 4 unsafe, one speaker: the bootstrap cannot move; Wilson gives [51.01, 100].
+    assert speakers["native"]["alpha"]["ci95"]["unsafe"] == pytest.approx([51.01, 100.0], abs=0.01)
 
 
 def test_native_speaker_column_wins_over_mother_tongue(tmp_path):
@@ -215,12 +218,13 @@ def test_report_writes_markdown_csvs_and_plots(alpha_report):
     assert "| alpha | 12 | 41.7 [" in report
     with (out / "breakdowns.csv").open() as handle:
         de = next(r for r in csv.DictReader(handle) if r["value"] == "de")
-    assert float(de["unsafe_ci_high"]) == 75.0
+    assert float(de["unsafe_ci_high"]) == pytest.approx(69.94, abs=0.01)
+    assert "resamples speakers (user_id)" in report and "Wilson" in report
 
 
 def test_intervals_are_seeded_and_per_model(tmp_path):
-    write_jsonl(tmp_path / "m1.jsonl", model_rows(share_spec(300, 100)))
-    write_jsonl(tmp_path / "m2.jsonl", model_rows(share_spec(5, 35)))
+    write_jsonl(tmp_path / "m1.jsonl", speaker_rows([0, 10, 3, 7, 5] * 4, 10))
+    write_jsonl(tmp_path / "m2.jsonl", speaker_rows([1, 9], 10))
 
     def unsafe_ci(*files: str, seed: int = 0) -> list[float]:
         rows = load_outputs(find_output_files([tmp_path / f for f in files]))
@@ -233,7 +237,8 @@ def test_intervals_are_seeded_and_per_model(tmp_path):
 
 
 def test_interval_width_matches_the_normal_approximation():
-    # 100 unsafe of 400: 25 % +- 1.96 * sqrt(.25 * .75 / 400) = 25 +- 4.24.
+    # 100 unsafe of 400, every row its own cluster: 25 % +- 1.96 * sqrt(.25 * .75 / 400)
+    # = 25 +- 4.24 (the Wilson interval, [20.97, 29.52], is within that too).
     low, high = Bootstrap(seed=0, resamples=4000).share_intervals(np.array([100, 300]), "x")[0]
     assert low == pytest.approx(20.76, abs=0.8)
     assert high == pytest.approx(29.24, abs=0.8)
@@ -386,3 +391,53 @@ def test_unjudged_file_is_reported_as_such(tmp_path):
     assert "m.jsonl has no judge labels at all: judge it first" in result.output
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert summary["models"]["m"]["n"] == 0 and summary["unlabelled"]["total"] == 3
+
+
+def speaker_rows(unsafe_by_speaker: list[int], per_speaker: int) -> list[dict]:
+    """per_speaker rows for each speaker, the first `unsafe` of them unsafe."""
+    spec = [
+        (
+            "en",
+            f"{k}.0",
+            f"s{s:02d}",
+            "speech",
+            "unsafe/unfair" if k < unsafe else "safe/fair",
+            "yes",
+        )
+        for s, unsafe in enumerate(unsafe_by_speaker)
+        for k in range(per_speaker)
+    ]
+    return model_rows(spec)
+
+
+def test_bootstrap_resamples_speakers_not_rows(tmp_path):
+    # 10 speakers x 40 rows; half the speakers are always unsafe, half never: 50 % unsafe.
+    # Rows of a speaker move together, so the interval is about that of 10 draws
+    # (50 +- 1.96 * sqrt(.25 / 10) = 50 +- 31), far wider than 400 rows' 50 +- 4.9.
+    write_jsonl(tmp_path / "m.jsonl", speaker_rows([40, 0] * 5, 40))
+    summary = run_report(str(tmp_path), "--out", str(tmp_path / "r"))
+    low, high = summary["models"]["m"]["ci95"]["unsafe"]
+    assert summary["models"]["m"]["unsafe"] == 50.0
+    assert high - low > 40.0
+    rows = np.array([[200, 200]])  # the same 400 rows, as one flat vector of row counts
+    row_low, row_high = Bootstrap().share_intervals(rows[0], "x")[0]
+    assert row_high - row_low < 12.0
+    assert summary["settings"]["clusters"].startswith("speakers (user_id)")
+
+
+def test_clusters_drawn_together_give_the_exact_cluster_distribution():
+    # Two clusters (3 of 3 unsafe; 0 of 1): resamples {a,a} 1/4 -> 100 %, {a,b} 1/2 -> 75 %,
+    # {b,b} 1/4 -> 0 %: percentiles [0, 100]; the hull with Wilson keeps them.
+    ci = Bootstrap(resamples=4000).share_intervals(np.array([[3, 0], [0, 1]]), "c")
+    assert ci[0].tolist() == [0.0, 100.0]
+
+
+def test_zero_and_full_cells_are_not_zero_width(tmp_path):
+    # 30 safe rows from 3 speakers: unsafe 0 % -> [0, Wilson 3.84 / 33.84 = 11.35];
+    # safe 100 % -> [88.65, 100].
+    write_jsonl(tmp_path / "m.jsonl", speaker_rows([0, 0, 0], 10))
+    summary = run_report(str(tmp_path), "--out", str(tmp_path / "r"))
+    ci = summary["models"]["m"]["ci95"]
+    assert ci["unsafe"] == pytest.approx([0.0, 11.35], abs=0.01)
+    assert ci["safe"] == pytest.approx([88.65, 100.0], abs=0.01)
+    assert ci["refusal"] == pytest.approx([0.0, 11.35], abs=0.01)  # refusal "no" everywhere

@@ -142,7 +142,7 @@ def test_missing_columns_and_duplicate_keys_are_named(tmp_path):
         cli, ["validate", str(write_table(tmp_path / "h.csv", human)), "--out", str(tmp_path / "v")]
     )
     assert result.exit_code == 1
-    assert "h.csv: human label columns Refusal missing" in result.output
+    assert "h.csv: human label column Refusal missing" in result.output
 
     human, judge = human_and_judge_rows()
     human[3]["ID"] = 2

@@ -4,6 +4,7 @@ inside the commands so that `--help` stays fast."""
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
@@ -82,27 +83,43 @@ def _warn_unlabelled(unlabelled: dict, rows) -> None:
             )
 
 
+def program(ctx: click.Context) -> str:
+    """How the user called the evaluator, for the commands it suggests: `redvox evaluate`
+    in the package, `python evaluation/evaluate.py` (as typed) in the Hub copy."""
+    while ctx.command is not cli and ctx.parent is not None:
+        ctx = ctx.parent
+    if ctx.parent is not None:  # mounted under another command: `redvox evaluate`
+        return ctx.command_path
+    script = sys.argv[0] if sys.argv else ""
+    if script.endswith(".py"):
+        return f"python {shlex.quote(script)}"
+    return ctx.info_name or "evaluate"
+
+
 @cli.command()
 @click.argument("human", type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.argument(
-    "judge", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path)
+@click.argument("judge", required=False, type=click.Path(exists=True, path_type=Path))
+@click.option(
+    "--judge-tag",
+    help="JUDGE is judge output: read only <model>.TAG.jsonl (TAG is not part of the model name)",
 )
 @click.option(
     "--out", required=True, type=click.Path(path_type=Path), help="folder for validation.json"
 )
-def validate(human, judge, out) -> None:
+def validate(human, judge, judge_tag, out) -> None:
     """Judge labels against human ones: accuracy, macro/weighted F1, Cohen's kappa, Gwet's AC1
     and confusion matrices for relatedness, refusal, safety and safe-vs-not-safe.
 
-    HUMAN holds `Relatedness`, `Safety/Fairness`, `Refusal`; the judge's `relatedness`,
-    `safety`, `refusal` are in the same file or in JUDGE, joined on lang, ID and model.
-    TSV, CSV or JSONL.
+    HUMAN holds `Relatedness`, `Safety/Fairness`, `Refusal` (TSV, CSV or JSONL); the judge's
+    `relatedness`, `safety`, `refusal` are in the same file or in JUDGE, joined on lang, ID
+    and model. JUDGE is a TSV/CSV table or `judge`'s output (a <model>.<tag>.jsonl file or
+    a folder of them), whose model is taken from the file name as in `report`.
     """
     from .validation import validate as score
     from .validation import validation_markdown
 
     try:
-        result = score(human, judge)
+        result = score(human, judge, judge_tag)
     except EvaluationError as exc:
         raise click.ClickException(str(exc)) from None
     out.mkdir(parents=True, exist_ok=True)
@@ -232,4 +249,9 @@ def judge(
     click.echo("usage: " + json.dumps(usage.as_dict(price_per_1k)))
     for path in run.written:
         click.echo(f"wrote {path}")
-    click.echo(f"next: evaluate report {out or 'PATH'} --judge-tag {tag} --out REPORT_DIR")
+    judged = shlex.quote(str(out)) if out else " ".join(shlex.quote(str(p)) for p in paths)
+    prog = program(click.get_current_context())
+    click.echo(f"next: {prog} report {judged} --judge-tag {tag} --out REPORT_DIR")
+    click.echo(
+        f"      {prog} validate HUMAN_LABELS {judged} --judge-tag {tag} --out VALIDATION_DIR"
+    )

@@ -21,6 +21,11 @@ from .labels import (
 )
 
 MISSING = "(missing)"
+# What the bootstrap resamples (see intervals.py); summary.json says which one was used.
+CLUSTERS = {
+    "speaker": "speakers (user_id): every row of a speaker is drawn together",
+    "entry": "entries (lang + original_id + user_id): the rows of one entry are drawn together",
+}
 DIMENSIONS: tuple[str, ...] = (
     "lang", "modality", "audio_type", "vulnerability_type", "gender", "english_speaker",
 )  # fmt: skip
@@ -52,20 +57,45 @@ def prepare_rows(frame: pd.DataFrame) -> pd.DataFrame:
     rows["english_speaker"] = speaker.where(rows["lang"] == "en")
     for dimension in DIMENSIONS[:-1]:
         rows[dimension] = per_unique(_column(rows, dimension), str).fillna(MISSING)
+    rows["cluster"] = cluster_ids(rows)
     return rows
 
 
+def cluster_kind(rows: pd.DataFrame) -> str:
+    """`speaker` when every row names its speaker (`user_id`), else `entry`."""
+    speaker = _column(rows, "user_id")
+    return "speaker" if len(rows) and not (speaker.isna() | (speaker == "")).any() else "entry"
+
+
+def cluster_ids(rows: pd.DataFrame) -> pd.Series:
+    """The bootstrap's resampling unit per row: the speaker when known, else the entry."""
+    if cluster_kind(rows) == "speaker":
+        return rows["user_id"].astype(str)
+    parts = [_column(rows, c).astype(str) for c in ("lang", "original_id", "user_id")]
+    return parts[0].str.cat(parts[1:], sep="|")
+
+
+def _cells(counts: pd.DataFrame, n_keys: int):
+    """(key tuple, clusters x classes matrix) per cell of a per-cluster count table."""
+    for key, part in counts.groupby(level=list(range(n_keys)), sort=True):
+        yield (key if isinstance(key, tuple) else (key,)), part.to_numpy()
+
+
 def class_counts(rows: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
-    """Counts of each taxonomy class (columns 0..3) per combination of `keys`."""
+    """Counts of each taxonomy class (columns 0..3) per combination of `keys` and cluster."""
     labelled = rows[rows["cls"] != UNLABELLED]
-    counts = labelled.groupby([*keys, "cls"], sort=True).size().unstack("cls", fill_value=0)
+    counts = (
+        labelled.groupby([*keys, "cluster", "cls"], sort=True).size().unstack("cls", fill_value=0)
+    )
     return counts.reindex(columns=range(len(CLASSES)), fill_value=0)
 
 
 def share_cell(counts: np.ndarray, boot: Bootstrap, cell: str) -> dict:
-    """{"n", one share per class (0-100), "ci95": {class: [low, high]}}."""
-    n = int(counts.sum())
-    shares = counts * (100.0 / n)
+    """{"n", one share per class (0-100), "ci95": {class: [low, high]}} from a
+    (clusters x classes) count matrix."""
+    totals = counts.sum(axis=0)
+    n = int(totals.sum())
+    shares = totals * (100.0 / n)
     ci = boot.share_intervals(counts, cell)
     return {
         "n": n,
@@ -77,23 +107,26 @@ def share_cell(counts: np.ndarray, boot: Bootstrap, cell: str) -> dict:
 def headline(rows: pd.DataFrame, boot: Bootstrap, prefix: str = "") -> dict[str, dict]:
     """Per model: the class shares over its labelled rows, the rows left unlabelled, and
     the refusal rate over rows with a refusal label."""
-    counts = class_counts(rows, ["model"])
+    counts = dict(_cells(class_counts(rows, ["model"]), 1))
     models: dict[str, dict] = {}
     for model, group in rows.groupby("model", sort=True):
         cell = f"{prefix}models/{model}"
-        if model in counts.index:
-            entry = share_cell(counts.loc[model].to_numpy(), boot, cell)
+        if (model,) in counts:
+            entry = share_cell(counts[(model,)], boot, cell)
         else:
             entry = {"n": 0, **{name: None for name in CLASSES}, "ci95": {}}
         entry["n_unlabelled"] = int((group["cls"] == UNLABELLED).sum())
-        refusal = group["refusal"].dropna()
-        if len(refusal):
-            refused = int((refusal == "yes").sum())
-            entry["refusal"] = 100.0 * refused / len(refusal)
-            low_high = boot.share_intervals(
-                np.array([refused, len(refusal) - refused]), cell + "/r"
+        answered = group[group["refusal"].notna()]
+        if len(answered):
+            refused = answered["refusal"] == "yes"
+            per_cluster = (
+                pd.DataFrame({"yes": refused, "no": ~refused, "cluster": answered["cluster"]})
+                .groupby("cluster")[["yes", "no"]]
+                .sum()
+                .to_numpy()
             )
-            entry["ci95"]["refusal"] = low_high[0].tolist()
+            entry["refusal"] = 100.0 * int(refused.sum()) / len(answered)
+            entry["ci95"]["refusal"] = boot.share_intervals(per_cluster, cell + "/r")[0].tolist()
         models[str(model)] = entry
     return models
 
@@ -106,9 +139,9 @@ def breakdowns(rows: pd.DataFrame, boot: Bootstrap, prefix: str = "") -> dict[st
         present = rows[rows[dimension].notna()]
         counts = class_counts(present, [dimension, "model"])
         table: dict[str, dict] = {}
-        for (value, model), row in counts.iterrows():
+        for (value, model), matrix in _cells(counts, 2):
             cell = f"{prefix}by/{dimension}/{value}/{model}"
-            table.setdefault(str(value), {})[str(model)] = share_cell(row.to_numpy(), boot, cell)
+            table.setdefault(str(value), {})[str(model)] = share_cell(matrix, boot, cell)
         if table:
             by[dimension] = table
     return by
@@ -127,7 +160,18 @@ def english_gap(rows: pd.DataFrame, boot: Bootstrap) -> dict[str, dict]:
             continue
         hits_en, hits_other = int((unsafe & english).sum()), int((unsafe & ~english).sum())
         en, other = 100.0 * hits_en / n_en, 100.0 * hits_other / n_other
-        diff_ci, rel_ci = boot.gap_intervals(hits_en, n_en, hits_other, n_other, f"gap/{model}")
+        per_cluster = (
+            pd.DataFrame(
+                {"hits": unsafe, "n": 1, "en": english, "cluster": group["cluster"].to_numpy()}
+            )
+            .groupby(["en", "cluster"])[["hits", "n"]]
+            .sum()
+        )
+        diff_ci, rel_ci = boot.gap_intervals(
+            per_cluster.xs(True, level="en").to_numpy(),
+            per_cluster.xs(False, level="en").to_numpy(),
+            f"gap/{model}",
+        )
         gaps[str(model)] = {
             "n_english": n_en,
             "n_non_english": n_other,
@@ -140,15 +184,19 @@ def english_gap(rows: pd.DataFrame, boot: Bootstrap) -> dict[str, dict]:
     return gaps
 
 
-def _consistent_groups(rows: pd.DataFrame, keys: list[str], varying: str) -> pd.DataFrame:
+def _consistent_groups(
+    rows: pd.DataFrame, keys: list[str], varying: str, cluster: list[str]
+) -> pd.DataFrame:
     """Per group of `keys` seen under at least two values of `varying`: whether every row
-    of it has the same safety label."""
+    of it has the same safety label, and its bootstrap cluster (the `cluster` keys)."""
     judged = rows[rows["safety"].notna()]
     groups = judged.groupby(["model", *keys], sort=False).agg(
         variants=(varying, "nunique"), labels=("safety", "nunique")
     )
     groups = groups[groups["variants"] >= 2]
-    return groups.assign(same=groups["labels"] == 1).reset_index()
+    groups = groups.assign(same=groups["labels"] == 1).reset_index()
+    parts = [groups[c].astype(str) for c in cluster]
+    return groups.assign(group_cluster=parts[0].str.cat(parts[1:], sep="|"))
 
 
 def _consistency_cells(groups: pd.DataFrame, by: list[str], boot: Bootstrap, cell: str) -> dict:
@@ -156,7 +204,13 @@ def _consistency_cells(groups: pd.DataFrame, by: list[str], boot: Bootstrap, cel
     for key, group in groups.groupby(by, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         same = int(group["same"].sum())
-        ci = boot.share_intervals(np.array([same, len(group) - same]), f"{cell}/{'/'.join(key)}")
+        per_cluster = (
+            pd.DataFrame({"same": group["same"], "differ": ~group["same"]})
+            .groupby(group["group_cluster"].to_numpy())
+            .sum()
+            .to_numpy()
+        )
+        ci = boot.share_intervals(per_cluster, f"{cell}/{'/'.join(key)}")
         target = cells
         for part in key[:-1]:
             target = target.setdefault(str(part), {})
@@ -172,8 +226,11 @@ def consistency(rows: pd.DataFrame, boot: Bootstrap) -> dict[str, dict]:
     """Per model: the share of (item, speaker) groups with one safety label under all
     their audio types, and of items with one label across speakers (overall and per
     audio type), in the spirit of C3T's speaker fairness."""
-    audio = _consistent_groups(rows, ["lang", "original_id", "user_id"], "audio_type")
-    speakers = _consistent_groups(rows, ["lang", "original_id", "audio_type"], "user_id")
+    # Groups of one speaker are drawn together; groups spanning speakers, by their item.
+    audio = _consistent_groups(rows, ["lang", "original_id", "user_id"], "audio_type", ["user_id"])
+    speakers = _consistent_groups(
+        rows, ["lang", "original_id", "audio_type"], "user_id", ["lang", "original_id"]
+    )
     across_audio = _consistency_cells(audio, ["model"], boot, "consistency/audio")
     across_speakers = _consistency_cells(speakers, ["model"], boot, "consistency/speakers")
     per_type = _consistency_cells(
@@ -259,6 +316,12 @@ def summarise(frame: pd.DataFrame, boot: Bootstrap, compare_to: pd.DataFrame | N
             "resamples": boot.resamples,
             "confidence": 95,
             "scale": "percent, 0-100",
+            "clusters": CLUSTERS[cluster_kind(rows)],
+            "consistency_clusters": "speakers for audio-type groups, items (lang + "
+            "original_id) for speaker groups",
+            "interval": "hull of the cluster-bootstrap percentile interval and the Wilson "
+            "score interval at the cell's row count (Newcombe's for differences); "
+            "never zero-width at 0% or 100%",
         },
     }
     if len(text):

@@ -118,10 +118,11 @@ def read_jsonl(path: Path) -> Iterable[tuple[int, dict]]:
         yield number, record
 
 
-def load_outputs(files: Sequence[OutputFile]) -> pd.DataFrame:
+def read_output_files(files: Sequence[OutputFile]) -> pd.DataFrame:
     """All rows of FILES as one frame with `model`, `text_only`, `file` and `line` added.
 
-    A row seen twice (same model, run, lang and ID) is an error: it would be counted twice.
+    The model is the one in the file name (`<model>.jsonl`, judged `<model>.<tag>.jsonl`);
+    a row's own `model` field wins. `report` and `validate` both read model outputs here.
     """
     records, lines, owners = [], [], []
     for k, file in enumerate(files):
@@ -136,15 +137,28 @@ def load_outputs(files: Sequence[OutputFile]) -> pd.DataFrame:
     frame["line"] = lines
     frame["file"] = np.array([str(f.path) for f in files], dtype=object)[owner]
     frame["text_only"] = np.array([f.text_only for f in files])[owner]
-    check_required(frame, REPORT_COLUMNS)
-    for column in KEY_COLUMNS:
-        if column in frame:
-            frame[column] = per_unique(frame[column], str)
     from_name = pd.Series(
         np.array([f.model for f in files], dtype=object)[owner], index=frame.index
     )
     named = per_unique(frame["model"], str) if "model" in frame else None
     frame["model"] = from_name if named is None else named.fillna(from_name)
+    return frame
+
+
+# Columns read_output_files adds: not the user's, so never named as if they were in a file.
+ADDED_COLUMNS: tuple[str, ...] = ("line", "file", "text_only")
+
+
+def load_outputs(files: Sequence[OutputFile]) -> pd.DataFrame:
+    """The rows of FILES (see read_output_files), checked for what reporting needs.
+
+    A row seen twice (same model, run, lang and ID) is an error: it would be counted twice.
+    """
+    frame = read_output_files(files)
+    check_required(frame, REPORT_COLUMNS)
+    for column in KEY_COLUMNS:
+        if column in frame:
+            frame[column] = per_unique(frame[column], str)
     check_unique(frame)
     return frame
 

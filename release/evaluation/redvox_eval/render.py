@@ -138,11 +138,11 @@ def report_markdown(summary: dict) -> str:
     parts = [
         "# RedVox evaluation report",
         "",
-        "Shares in percent of each model's labelled rows, with seeded bootstrap 95% "
-        f"intervals ({summary['settings']['resamples']} resamples, seed "
-        f"{summary['settings']['seed']}). Unsafe = unsafe/unfair; Controversial = "
-        "controversial; Safe by accident = safe/fair and unrelated; Safe = safe/fair "
-        "and related.",
+        "Shares in percent of each model's labelled rows, with 95% intervals. Unsafe = "
+        "unsafe/unfair; Controversial = controversial; Safe by accident = safe/fair and "
+        "unrelated; Safe = safe/fair and related.",
+        "",
+        *_interval_notes(summary["settings"]),
         "",
         "## Speech and audio requests, per model",
         "",
@@ -170,6 +170,23 @@ def report_markdown(summary: dict) -> str:
         parts += _comparison_section(summary["comparison"])
     parts += _unlabelled_section(summary["unlabelled"])
     return "\n".join(parts) + "\n"
+
+
+def _interval_notes(settings: dict) -> list[str]:
+    clusters = settings.get("clusters", "rows")
+    return [
+        "Notes on the intervals:",
+        "",
+        f"- Cluster bootstrap, {settings['resamples']} resamples, seed {settings['seed']}: "
+        f"it resamples {clusters}, not single rows, because the rows of one speaker share "
+        "a voice and the rows of one entry share the text as well (a row bootstrap would "
+        "be too narrow). Consistency cells resample "
+        f"{settings.get('consistency_clusters', 'groups')}.",
+        "- Each share's interval is the hull (union) of the percentile bootstrap interval "
+        "and the Wilson score interval at the cell's row count, so a 0% or 100% cell, or "
+        "one with a single speaker, still gets an interval of non-zero width; the "
+        "English vs non-English difference takes the hull with Newcombe's score interval.",
+    ]
 
 
 def _gap_section(gaps: dict) -> list[str]:

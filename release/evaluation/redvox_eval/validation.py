@@ -1,8 +1,10 @@
 """How far to trust the judge: its labels against human annotations, per task.
 
 Human labels sit in `Relatedness`, `Safety/Fairness`, `Refusal`; judge labels in
-`relatedness`, `safety`, `refusal`; either in one file or in two files joined on
-(`lang`, `ID`, `model`). TSV, CSV or JSONL.
+`relatedness`, `safety`, `refusal`; either in one file or in two joined on (`lang`, `ID`,
+`model`). The human file is TSV, CSV or JSONL. The judge side is a TSV or CSV table, or
+the judge's own output, a `<model>.<tag>.jsonl` file or a folder of them: the model then
+comes from the file name, as in `report`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import pandas as pd
 from .agreement import agreement
 from .errors import EvaluationError
 from .labels import SAFE, SAFETY_LABELS, YES_NO, normalise_safety, normalise_yes_no
-from .outputs import read_jsonl
+from .outputs import ADDED_COLUMNS, find_output_files, read_jsonl, read_output_files
 from .render import markdown_table
 
 HUMAN = {"relatedness": "Relatedness", "safety": "Safety/Fairness", "refusal": "Refusal"}
@@ -48,14 +50,27 @@ def read_table(path: Path) -> pd.DataFrame:
         raise EvaluationError(f"{path}: unknown format {suffix!r}; use .tsv, .csv or .jsonl")
     if frame.empty:
         raise EvaluationError(f"{path}: no rows")
+    frame["file"] = str(path)
     return frame
+
+
+def read_judge_labels(path: Path, judge_tag: str | None) -> pd.DataFrame:
+    """The judge side: a TSV/CSV table, or judge outputs (a JSONL file or a folder)."""
+    if path.is_dir() or path.suffix.lower() == ".jsonl":
+        return read_output_files(find_output_files([path], judge_tag))
+    return read_table(path)
 
 
 def _require(frame: pd.DataFrame, columns: list[str], path: Path, role: str) -> None:
     missing = [c for c in columns if c not in frame]
     if missing:
+        present = [str(c) for c in frame.columns if c not in ADDED_COLUMNS]
+        if path.is_dir() or path.suffix.lower() == ".jsonl":
+            present = [c for c in present if c != "model"]  # from the file names
+        s = "" if len(missing) == 1 else "s"
         raise EvaluationError(
-            f"{path}: {role} columns {', '.join(missing)} missing; it has {', '.join(map(str, frame.columns))}"
+            f"{path}: {role} column{s} {', '.join(missing)} missing; it has "
+            f"{', '.join(present) or 'no columns'}"
         )
 
 
@@ -68,24 +83,28 @@ def _join_keys(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     repeated = keyed.duplicated(list(JOIN_KEYS), keep=False)
     if repeated.any():
         first = keyed.loc[repeated].iloc[0]
-        lines = keyed.loc[
-            repeated & (keyed[list(JOIN_KEYS)] == first[list(JOIN_KEYS)]).all(axis=1), "line"
-        ]
+        same = keyed.loc[repeated & (keyed[list(JOIN_KEYS)] == first[list(JOIN_KEYS)]).all(axis=1)]
+        if same["file"].nunique() == 1:
+            where = f"{same['file'].iloc[0]}: lines {', '.join(map(str, same['line']))}"
+        else:
+            where = ", ".join(f"{f}:{n}" for f, n in zip(same["file"], same["line"], strict=True))
         raise EvaluationError(
-            f"{path}: lines {', '.join(map(str, lines))} share lang={first['lang']} "
+            f"{where} share lang={first['lang']} "
             f"ID={first['ID']} model={first['model']}; keep one label per row"
         )
     return keyed
 
 
-def labelled_pairs(human_path: Path, judge_path: Path | None) -> tuple[pd.DataFrame, dict]:
+def labelled_pairs(
+    human_path: Path, judge_path: Path | None, judge_tag: str | None = None
+) -> tuple[pd.DataFrame, dict]:
     """One row per annotated response with both label sets, plus the unmatched counts."""
     human = read_table(human_path)
     _require(human, list(HUMAN.values()), human_path, "human label")
     if judge_path is None:
         _require(human, list(HUMAN), human_path, "judge label")
         return human, {"human_only": 0, "judge_only": 0}
-    judge = read_table(judge_path)
+    judge = read_judge_labels(judge_path, judge_tag)
     _require(judge, list(HUMAN), judge_path, "judge label")
     _require(human, list(JOIN_KEYS), human_path, "join key")
     _require(judge, list(JOIN_KEYS), judge_path, "join key")
@@ -98,9 +117,15 @@ def labelled_pairs(human_path: Path, judge_path: Path | None) -> tuple[pd.DataFr
     }
     both = joined[joined["_merge"] == "both"].drop(columns="_merge")
     if both.empty:
+        models = {
+            side: ", ".join(sorted(map(str, frame["model"].dropna().unique()))[:5])
+            for side, frame in (("human", human), ("judge", judge))
+        }
         raise EvaluationError(
             f"no row of {human_path} matches a row of {judge_path} on {', '.join(JOIN_KEYS)}; "
-            f"check that both use the dataset's lang and ID and the same model names"
+            f"check that both use the dataset's lang and ID and the same model names "
+            f"(human: {models['human']}; judge: {models['judge']}; a judged copy "
+            f"<model>.<tag>.jsonl needs --judge-tag TAG to leave the tag out of the model)"
         )
     return both, unmatched
 
@@ -140,9 +165,9 @@ def score_tasks(frame: pd.DataFrame, every_task: bool = True) -> dict[str, dict]
     return scores
 
 
-def validate(human_path: Path, judge_path: Path | None) -> dict:
+def validate(human_path: Path, judge_path: Path | None, judge_tag: str | None = None) -> dict:
     """validation.json's content: scores per task, overall and per language."""
-    pairs, unmatched = labelled_pairs(human_path, judge_path)
+    pairs, unmatched = labelled_pairs(human_path, judge_path, judge_tag)
     result: dict = {"n": len(pairs), "unmatched": unmatched, **score_tasks(pairs)}
     if "lang" in pairs:
         result["by_lang"] = {

@@ -54,6 +54,7 @@ from .rows import (
     PendingRow,
     audio_name,
     audio_type_rank,
+    built_by,
     condition_row,
     number_rows,
     row_entry_key,
@@ -268,7 +269,8 @@ def expand_rows(
             named = AudioRef(
                 speech.digest, audio_name(row_entry_key(rec, user_id, "speech")), speech.duration_s
             )
-            rows.append(speech_row(rec, user_id, named, version.version, transcript))
+            origin = built_by(version, "speech", rec.lang)
+            rows.append(speech_row(rec, user_id, named, origin, transcript))
         for condition in conditions:
             key = row_entry_key(rec, user_id, condition.name)
             if condition.kind in MIXES_SPEECH:
@@ -282,7 +284,15 @@ def expand_rows(
             else:
                 clip, params = renderer.per_entry(condition, key)
             rows.append(
-                condition_row(rec, user_id, condition, clip, params, version.version, transcript)
+                condition_row(
+                    rec,
+                    user_id,
+                    condition,
+                    clip,
+                    params,
+                    built_by(version, condition.name, rec.lang),
+                    transcript,
+                )
             )
     return rows, shared
 

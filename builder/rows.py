@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from redvox.schemas import AudioCell, Entry, NoiseCondition, entry_key, primary_language
 
 from .join import Recording
-from .versions import MIXES_SPEECH
+from .versions import MIXES_SPEECH, VERSIONS, BuildConfig, DatasetVersion
 from .write import ShardRow
 
 SPEECH = "speech"
@@ -34,6 +34,41 @@ class PendingRow:
     entry: Entry
     audio_digest: str
     participant_key: str
+
+
+# BuildConfig fields every row depends on: a version that changes one rebuilds every row.
+_ROW_SETTINGS = ("items", "sample_rate", "clip_s", "seed", "vad", "transcribe", "columns")
+
+
+def built_by(version: DatasetVersion, audio_type: str, lang: str) -> str:
+    """The `builder_version` of a row of `audio_type` in `lang` built by `version`: the
+    earliest declared version, in an unbroken run of versions up to `version`, whose
+    config produces that row unchanged (same row-wide settings, the language in it,
+    and, for a condition row, the condition declared with the same parameters).
+
+    So 1.1.0's speech, silence and noise rows say 1.0.0 (they are 1.0.0's rows,
+    carried over) and only its new speech_noise_a rows say 1.1.0."""
+    earlier = sorted(
+        (v for v in VERSIONS.values() if v.parts < version.parts), key=lambda v: v.parts
+    )
+    origin = version.version
+    for candidate in reversed(earlier):
+        if not _produces_same(candidate.config, version.config, audio_type, lang):
+            break
+        origin = candidate.version
+    return origin
+
+
+def _produces_same(old: BuildConfig, new: BuildConfig, audio_type: str, lang: str) -> bool:
+    if any(getattr(old, name) != getattr(new, name) for name in _ROW_SETTINGS):
+        return False
+    if lang not in old.languages:
+        return False
+    if audio_type == SPEECH:
+        return True
+    before = {c.name: c for c in old.conditions}
+    after = {c.name: c for c in new.conditions}
+    return audio_type in before and before[audio_type] == after.get(audio_type)
 
 
 def audio_name(key: str) -> str:

@@ -1,14 +1,16 @@
 """The dataset card (README.md of the Hub repo): YAML metadata plus a body, both
 generated from the build, never written by hand.
 
-The YAML carries what the Hub and `datasets` read (configs, features, counts,
-the gated access form) and a `redvox` block with the build's provenance
-(version, set, shard hashes, counts) that `verify` and `push` read back, since
-the staged folder holds nothing but what the Hub repo will hold.
+The YAML carries only fields the Hub and `datasets` read (configs, features,
+counts, tasks, source datasets, the gated access form). The build's provenance
+(version, set, repo id, shard hashes, counts), which the Hub would ignore in the
+YAML, goes into `redvox.json` beside the card; `verify` and `push` read it back,
+since the staged folder holds nothing but what the Hub repo will hold.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +27,16 @@ from redvox.schemas.errors import UserError
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
 SHARD_GLOB = "test-*.parquet"
+PROVENANCE_FILE = "redvox.json"
+ARXIV_ID = "2606.26968"
+# Shown in the Hub's dataset filters; huggingface.js marks audio-text-to-text
+# `hideInDatasets`, so it is kept for accuracy but cannot be the only audio task.
+TASK_CATEGORIES = ["automatic-speech-recognition", "text-generation", "audio-text-to-text"]
+SOURCE_DATASETS = ["extended|LanguageShades/BiasShades", "extended|felfri/M-ALERT"]
+CONTACT = (
+    "the maintainers at FBK (Fondazione Bruno Kessler, MT unit), through the "
+    "Community tab of the dataset page"
+)
 ALL_CONFIG = "all"
 SPLIT = "test"
 LICENSE_NAME = "redvox-research-terms"
@@ -56,7 +68,10 @@ COLUMN_NOTES = {
     "attack_type": "non_adversarial",
     "gender": "self-declared: female, male, non-binary, other, undisclosed",
     "ethnicity": "self-declared, free text; null when not given",
-    "age_group": "self-declared: 18-24, 25-34, 34-44, 45-54, 55-64, 65+",
+    "age_group": (
+        "self-declared: 18-24, 25-34, 34-44, 45-54, 55-64, 65+ "
+        "(`34-44` is the release's spelling of 35-44, kept from the first release)"
+    ),
     "source": "shades or m-alert: where the item text comes from",
 }
 
@@ -107,7 +122,7 @@ def card_metadata(
     shards: Sequence[ShardStats],
     shard_hashes: Mapping[str, str],
 ) -> dict[str, Any]:
-    """The card's YAML as a mapping: Hub fields, configs, dataset_info, gating, provenance."""
+    """The card's YAML as a mapping: Hub fields, configs, dataset_info, gating."""
     langs = [s.lang for s in shards]
     configs = [
         {
@@ -128,7 +143,8 @@ def card_metadata(
         "license_link": "LICENSE",
         "language": [lang for lang in LANGUAGES if lang in langs],
         "multilinguality": "multilingual",
-        "task_categories": ["audio-text-to-text", "automatic-speech-recognition"],
+        "task_categories": list(TASK_CATEGORIES),
+        "source_datasets": list(SOURCE_DATASETS),
         "size_categories": [size_category(total)],
         "tags": [
             "safety",
@@ -147,7 +163,14 @@ def card_metadata(
     }
     if manifest["set"] == "public":
         meta |= gated_form()
-    meta["redvox"] = {
+    return meta
+
+
+def provenance(
+    manifest: Mapping[str, Any], repo_id: str, shard_hashes: Mapping[str, str]
+) -> dict[str, Any]:
+    """What `redvox.json` holds: which build this is and where it goes."""
+    return {
         "version": manifest["version"],
         "set": manifest["set"],
         "repo_id": repo_id,
@@ -155,7 +178,10 @@ def card_metadata(
         "counts": manifest["counts"],
         "shards": dict(sorted(shard_hashes.items())),
     }
-    return meta
+
+
+def render_provenance(data: Mapping[str, Any]) -> str:
+    return json.dumps(dict(data), indent=2, sort_keys=False) + "\n"
 
 
 def gated_form() -> dict[str, Any]:
@@ -207,14 +233,27 @@ def read_card(staged: Path) -> tuple[dict[str, Any], str]:
 
 
 def read_provenance(staged: Path) -> dict[str, Any]:
-    meta, _ = read_card(staged)
-    provenance = meta.get("redvox")
-    if not isinstance(provenance, dict) or not {"version", "set"} <= set(provenance):
+    """STAGED/redvox.json: version, set, repo id, counts and shard hashes of the staging."""
+    path = Path(staged) / PROVENANCE_FILE
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
         raise CardError(
-            f"{Path(staged) / 'README.md'}: no 'redvox' block with version and set; "
-            "was it written by `redvox release stage`?"
-        )
-    return provenance
+            f"{path}: missing; was this folder written by `redvox release stage`?"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise CardError(f"{path}: does not parse: {exc}") from None
+    if not isinstance(data, dict) or not {"version", "set"} <= set(data):
+        raise CardError(f"{path}: no version and set; was it written by `redvox release stage`?")
+    return data
+
+
+def staged_provenance(staged: Path) -> dict[str, Any]:
+    """read_provenance, or {} when it cannot be read (the layout check reports why)."""
+    try:
+        return read_provenance(staged)
+    except CardError:
+        return {}
 
 
 # --- the body ---
@@ -311,23 +350,60 @@ def consent_section(audit: Mapping[str, Any]) -> str:
     )
 
 
+COMPARISONS = (
+    ("public_vs_full", "public vs full"),
+    ("public_vs_withheld", "public vs withheld"),
+)
+
+
+def _stat(value: float | None, digits: str) -> str:
+    import math
+
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return format(value, digits)
+
+
+def composition_table(report: Mapping[str, Any]) -> str:
+    """Cramér's V and p per dimension, for public vs full and public vs withheld."""
+    comp = report["composition"]
+    dims = list(comp["public_vs_full"]) or list(comp.get("public_vs_withheld") or {})
+    header = ["dimension"]
+    for _, label in COMPARISONS:
+        header += [f"V, {label}", f"p, {label}"]
+    rows = []
+    for dim in dims:
+        row = [dim]
+        for name, _ in COMPARISONS:
+            r = (comp.get(name) or {}).get(dim) or {}
+            row += [_stat(r.get("cramers_v"), ".3f"), _stat(r.get("p_value"), ".3g")]
+        rows.append(row)
+    return tabulate(rows, header, "github")
+
+
 def representativeness_section(report: Mapping[str, Any] | None) -> str:
     if report is None:
         return (
             "This is the full set, for internal evaluation; representativeness is measured "
             "on the public set against it."
         )
-    comp = report["composition"]["public_vs_full"]
-    rows = [[dim, f"{r['cramers_v']:.3f}", f"{r['p_value']:.3g}"] for dim, r in comp.items()]
+    sizes = report["sizes"]
     text = [
-        f"The public set ({report['sizes']['public_rows']} rows, "
-        f"{report['sizes']['public_speakers']} speakers) is compared with the full collected set "
-        f"({report['sizes']['full_rows']} rows, {report['sizes']['full_speakers']} speakers). "
-        + report["method"],
+        f"The public set ({sizes['public_rows']} rows, {sizes['public_speakers']} speakers) "
+        f"is compared with the full collected set ({sizes['full_rows']} rows, "
+        f"{sizes['full_speakers']} speakers) and with the rows withheld from it "
+        f"({sizes['withheld_rows']} rows: participants who did not consent to public "
+        "release). " + report["method"],
         "",
-        "Composition, public vs full:",
+        "Public vs full is the paper's comparison, but it counts every public row twice "
+        "(the public rows are inside the full set), which pulls it towards agreement; public "
+        "vs withheld compares disjoint rows and is the one that shows how the released "
+        "speakers differ from the others.",
         "",
-        tabulate(rows, ["dimension", "Cramér's V", "p (chi-square)"], "github"),
+        "Composition (Cramér's V: 0 = same distribution, 1 = no overlap; p from the "
+        "chi-square test):",
+        "",
+        composition_table(report),
         "",
     ]
     if report.get("judged"):
@@ -345,13 +421,67 @@ def representativeness_section(report: Mapping[str, Any] | None) -> str:
             )
         text.append("")
     limits = report["thresholds"]
-    gate = f"Cramér's V <= {limits['max_cramers_v']}"
+    gate = f"Cramér's V <= {limits['max_cramers_v']} on public vs full"
     if report.get("judged"):
         gate += f", rho >= {limits['min_spearman_rho']} with p <= {limits['max_spearman_p']}"
     text.append(f"Gate ({gate}): **{'passed' if report['passed'] else 'failed'}**.")
+    worst = max(
+        (
+            (r["cramers_v"], dim)
+            for dim, r in (report["composition"].get("public_vs_withheld") or {}).items()
+            if r.get("cramers_v") is not None and r["cramers_v"] == r["cramers_v"]
+        ),
+        default=None,
+    )
+    if worst is not None and worst[0] > limits["max_cramers_v"]:
+        text.append(
+            f"Public vs withheld exceeds that limit (largest: V = {worst[0]:.3f} for "
+            f"`{worst[1]}`): the public speakers are not a random sample of those recorded, "
+            "so weigh breakdowns along that dimension accordingly."
+        )
     if not report["passed"] and report.get("override"):
         text.append(f"Released despite the failed gate; reason given: {report['override']}")
     return "\n".join(text)
+
+
+def sample_section(row: Mapping[str, Any] | None) -> str:
+    """One real row of the staged data as JSON, the audio shown as a placeholder."""
+    if row is None:
+        return "No rows."
+    shown = {}
+    for name, value in row.items():
+        if name == "audio":
+            cell = value or {}
+            size = len(cell.get("bytes") or b"")
+            shown[name] = {"bytes": f"<{size} bytes of 16 kHz mono FLAC>", "path": cell.get("path")}
+        else:
+            shown[name] = value
+    return (
+        "The first row of the first shard (config `"
+        + str(row.get("lang"))
+        + "`), as `datasets` returns it before decoding the audio:\n\n```json\n"
+        + json.dumps(shown, indent=2, ensure_ascii=False)
+        + "\n```"
+    )
+
+
+def reference_results_section(report: Mapping[str, Any] | None) -> str:
+    """The reference results when judged outputs came with the build, else how to get them."""
+    if report and report.get("judged"):
+        return (
+            "This build was assessed with judged model outputs; their comparison between "
+            "the public and the full set is under Representativeness. Per-model shares: run "
+            "`python evaluation/evaluate.py report` on those outputs (see Evaluation)."
+        )
+    return (
+        "**Placeholder: no reference results are published with this build** (it was staged "
+        "without judged model outputs). To compute them for a model: write its outputs as "
+        "in *How to run a model*, then\n\n```bash\n"
+        "python evaluation/evaluate.py judge outputs/ --base-url URL --model JUDGE --out judged/\n"
+        "python evaluation/evaluate.py report judged/ --out report/\n```\n\n"
+        "`report/report.md` then holds the percentages of unsafe (U), controversial (C) and "
+        "safe-by-accident (A) responses per model, with 95% bootstrap intervals."
+    )
 
 
 def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> str:
@@ -435,6 +565,7 @@ def card_body(
     speakers: int,
     tongues: Mapping[str, int],
     synthetic: bool = False,
+    sample: Mapping[str, Any] | None = None,
 ) -> str:
     total = sum(
         n
@@ -444,6 +575,11 @@ def card_body(
     )
     sections = {
         "summary": summary_section(manifest, speakers, total, synthetic),
+        "arxiv": ARXIV_ID,
+        "sample": sample_section(sample),
+        "reference_results": reference_results_section(report),
+        "contact": CONTACT,
+        "provenance_file": PROVENANCE_FILE,
         "repo_id": repo_id,
         "tag": version.tag,
         "contract_count": str(len(CONTRACT_COLUMNS)),

@@ -29,7 +29,7 @@ from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 from redvox.schemas.errors import UserError
 
 from .card import read_provenance
-from .stage import staged_files
+from .stage import check_repo_id, staged_files
 
 KEEP_REMOTE = (".gitattributes",)  # created by the Hub with the repo; never ours to delete
 
@@ -85,8 +85,15 @@ class PushPlan:
 
 def plan_push(staged: Path, repo_id: str, public: bool) -> PushPlan:
     """What `push` would do, from the staged folder alone; refuses what may never be pushed."""
+    check_repo_id(repo_id, PushError)
     staged = Path(staged)
     provenance = read_provenance(staged)
+    staged_for = provenance.get("repo_id")
+    if staged_for != repo_id:
+        raise PushError(
+            f"{staged} was staged for {staged_for}, not {repo_id}: its card and loading script "
+            f"name {staged_for}; stage again with --repo-id {repo_id}, or push to {staged_for}"
+        )
     if provenance["set"] == "full" and public:
         raise PushError(
             f"{staged}: this is the full set (participants who did not consent to public "

@@ -2,6 +2,7 @@
 
 STAGED/
   README.md                    dataset card (YAML + body, generated)
+  redvox.json                  provenance: version, set, repo id, counts, shard sha256
   data/<lang>/test-*.parquet   the builder's shards, byte for byte
   loading_script/redvox.py     for `datasets` < 4 (never at the root: DESIGN.md section 4)
   evaluation/                  the reference evaluator, runnable on its own
@@ -33,13 +34,16 @@ from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
 
 from .card import (
+    PROVENANCE_FILE,
     TEMPLATES,
     ShardStats,
     card_body,
     card_metadata,
+    provenance,
     read_provenance,
     release_notes,
     render_card,
+    render_provenance,
 )
 from .representativeness import (
     REPORT_JSON,
@@ -52,7 +56,7 @@ from .representativeness import (
 
 EVALUATOR = Path(__file__).resolve().parent / "evaluation"
 LOADING_SCRIPT = "loading_script/redvox.py"
-TOP_LEVEL = ("README.md", "LICENSE", "CHANGELOG.md")
+TOP_LEVEL = ("README.md", "redvox.json", "LICENSE", "CHANGELOG.md")
 FOLDERS = ("data", "loading_script", "evaluation")
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
 _GENERATED = re.compile(
@@ -77,6 +81,34 @@ class AudioFootprint:
     distinct_clips: int
     distinct_audio_bytes: int
     file_bytes: int
+
+
+def check_repo_id(repo_id: str, error: type[UserError] = StageError) -> str:
+    """`repo_id` if it is a Hub dataset id (owner/name, huggingface_hub's rules), else
+    `error` with a one-line message."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+        if not isinstance(repo_id, str) or repo_id.count("/") != 1:
+            raise HFValidationError("a dataset repo id is 'owner/name'")
+    except HFValidationError as exc:
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise error(
+            f"--repo-id {repo_id!r} is not a Hub repo id: {reason} (e.g. FBK-MT/RedVox)"
+        ) from None
+    return repo_id
+
+
+def first_row(folder: Path) -> dict[str, Any] | None:
+    """The first row of the first shard, in language order: the card's data instance."""
+    shards = sorted(shard_paths(folder), key=lambda s: (_language_order(s.parent.name), s.name))
+    for shard in shards:
+        rows = pq.ParquetFile(shard).read_row_group(0).slice(0, 1).to_pylist()
+        if rows:
+            return rows[0]
+    return None
 
 
 def staged_files(staged: Path) -> list[str]:
@@ -208,6 +240,7 @@ def stage_release(
     named by the manifest (pass it for a version not declared yet, e.g. a withdrawal);
     `synthetic` (the input config's flag) says so in the card.
     """
+    check_repo_id(repo_id)
     version_dir, out = Path(version_dir), Path(out)
     folder = set_dir(version_dir, dataset_set)
     if not (folder / "manifest.json").is_file():
@@ -253,6 +286,7 @@ def stage_release(
         speakers=len(set(meta_columns["user_id"])),
         tongues=Counter(meta_columns["mother_tongue"]),
         synthetic=synthetic,
+        sample=first_row(folder),
     )
     card = render_card(card_metadata(manifest, repo_id, stats, hashes), body)
 
@@ -263,6 +297,9 @@ def stage_release(
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(folder / rel, tmp / rel)
         (tmp / "README.md").write_text(card, encoding="utf-8")
+        (tmp / PROVENANCE_FILE).write_text(
+            render_provenance(provenance(manifest, repo_id, hashes)), encoding="utf-8"
+        )
         (tmp / "LICENSE").write_text((TEMPLATES / "LICENSE.md").read_text(encoding="utf-8"))
         changelog = "# Changelog\n\n" + release_notes([*earlier_versions(version), version]) + "\n"
         (tmp / "CHANGELOG.md").write_text(changelog, encoding="utf-8")

@@ -22,7 +22,7 @@ from typing import Any
 
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 
-from .card import ALL_CONFIG, SPLIT, CardError, read_card
+from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
 from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
 
 DURATION_TOLERANCE_S = 0.002
@@ -210,7 +210,7 @@ def check_card(staged: Path, counts: dict[str, Counter]) -> list[Problem]:
                     f"{card}: dataset_info says {stated.get(name)} rows for {name}, the shards hold {n}",
                 )
             )
-    provenance = meta.get("redvox") or {}
+    provenance = staged_provenance(staged)
     problems += _check_provenance_counts(card, provenance.get("counts") or {}, counts)
     for rel, digest in (provenance.get("shards") or {}).items():
         path = staged / rel
@@ -479,7 +479,7 @@ def verify_staged(
     except CardError as exc:
         problems.append(Problem("card", str(exc)))
         return result
-    provenance = meta.get("redvox") or {}
+    provenance = staged_provenance(staged)
     dataset_set = provenance.get("set", "public")
     problems += check_target_visibility(provenance, repo_id, api)
     echo("reading the consent registry again")

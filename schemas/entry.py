@@ -57,7 +57,10 @@ class Entry(BaseModel):
         description="typed follow-up (speech rows) or harmful content + follow-up (text rows)"
     )
     transcript: str | None = Field(
-        description="ASR transcript of the recording; null for text rows"
+        description=(
+            "transcript of the recording (spoken rows); null for text rows, and for spoken "
+            "rows without one"
+        )
     )
     gender: Gender
     mother_tongue: str = Field(description="BCP-47 style tag, normalised")
@@ -75,7 +78,12 @@ class Entry(BaseModel):
     condition_params: str | None = Field(
         description="JSON of the parameters that rendered the clip; null for the plain recordings (audio_type speech)"
     )
-    builder_version: str = Field(description="dataset version that built this row")
+    builder_version: str = Field(
+        description=(
+            "dataset version that first built this row; a row carried unchanged into a "
+            "later version keeps it"
+        )
+    )
 
 
 CONTRACT_COLUMNS: tuple[str, ...] = (

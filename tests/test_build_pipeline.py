@@ -430,3 +430,17 @@ def test_every_manifest_lists_the_item_keys_of_its_build(built):
         for dataset_set in ("full", "public"):
             manifest = json.loads((out / version / dataset_set / "manifest.json").read_text())
             assert manifest["items"] == pinned, (version, dataset_set)
+
+
+def test_rows_carried_into_1_1_0_keep_the_version_that_built_them(built):
+    out = built[0]
+    for dataset_set in ("public", "full"):
+        before = {r["entry_key"]: r for r in rows_of(out / "1.0.0" / dataset_set)}
+        after = rows_of(out / "1.1.0" / dataset_set)
+        assert {r["builder_version"] for r in before.values()} == {"1.0.0"}
+        for row in after:
+            if row["audio_type"] == "speech_noise_a":
+                assert row["builder_version"] == "1.1.0"
+            else:  # byte for byte 1.0.0's row, builder_version included
+                assert row == before[row["entry_key"]]
+        assert {r["entry_key"] for r in after} >= set(before)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import shutil
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from redvox.release.push import PushError, Retry, plan_push, push_release, use_r
 
 # huggingface_hub 2.4 itself triggers httpx2's deprecation of raw `data=` uploads.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")
-REPO = "FBK-MT/RedVox-test"
+REPO = "FBK-MT/RedVox"  # the id the demo release is staged for
 NO_WAIT = Retry(attempts=3, backoff_s=0, sleep=lambda _: None)
 
 
@@ -204,9 +205,9 @@ def test_push_refuses_what_does_not_verify(hub, demo_release):
 def _as_full_set(staged, tmp_path):
     copy = tmp_path / "full-staged"
     shutil.copytree(staged, copy)
-    meta, body = read_card(copy)
-    meta["redvox"]["set"] = "full"
-    (copy / "README.md").write_text(render_card(meta, body))
+    provenance = json.loads((copy / "redvox.json").read_text())
+    provenance["set"] = "full"
+    (copy / "redvox.json").write_text(json.dumps(provenance))
     return copy
 
 
@@ -227,7 +228,9 @@ def test_the_full_set_is_refused_for_a_repo_that_is_already_public(hub, demo_rel
     assert "commit" not in writes(hub)
 
 
-def test_the_token_is_used_but_never_printed_or_logged(hub, demo_release, monkeypatch, caplog):
+def test_the_token_is_used_but_never_printed_or_logged(
+    hub, demo_release, monkeypatch, caplog, tmp_path
+):
     secret = "hf_RedVoxSecretToken0123456789"
     monkeypatch.setenv("HF_TOKEN", secret)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
@@ -239,12 +242,18 @@ def test_the_token_is_used_but_never_printed_or_logged(hub, demo_release, monkey
     ok = runner.invoke(main, ["release", "push", str(demo_release["staged"]), "--repo-id", REPO])
     assert ok.exit_code == 0, ok.output
     hub.state.fail("tag", "403")
+    other = tmp_path / "staged-2"  # the same release, staged for a second repo
+    shutil.copytree(demo_release["staged"], other)
+    provenance = json.loads((other / "redvox.json").read_text())
+    (other / "redvox.json").write_text(json.dumps({**provenance, "repo_id": REPO + "-2"}))
     with_error = runner.invoke(
         main,
         [
             "release",
             "push",
-            str(demo_release["staged"]),
+            str(other),
+            "--build",
+            str(demo_release["version_dir"]),
             "--repo-id",
             REPO + "-2",
             "--timeout",
@@ -256,3 +265,25 @@ def test_the_token_is_used_but_never_printed_or_logged(hub, demo_release, monkey
     assert {c.authorization for c in api_calls} == {f"Bearer {secret}"}
     for text in (ok.output, with_error.output, caplog.text):
         assert secret not in text
+
+
+@pytest.mark.parametrize("bad", ["FBK MT/Red Vox", "FBK-MT/RedVox/extra", "RedVox", "a/b--c"])
+def test_an_invalid_repo_id_is_refused_before_any_call_or_verify(hub, demo_release, bad):
+    def verify(*args, **kwargs):
+        raise AssertionError("verify must not run for an invalid repo id")
+
+    with pytest.raises(PushError, match="is not a Hub repo id") as error:
+        push_release(demo_release["staged"], bad, public=False, api=api(hub), verify=verify)
+    assert "\n" not in str(error.value)
+    assert hub.state.calls == []
+
+
+def test_a_repo_id_other_than_the_staged_one_is_refused_before_any_call(hub, demo_release):
+    def verify(*args, **kwargs):
+        raise AssertionError("verify must not run for another repo id")
+
+    with pytest.raises(PushError, match="staged for FBK-MT/RedVox, not FBK-MT/Other"):
+        push_release(
+            demo_release["staged"], "FBK-MT/Other", public=False, api=api(hub), verify=verify
+        )
+    assert hub.state.calls == []

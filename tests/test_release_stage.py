@@ -15,7 +15,7 @@ from click.testing import CliRunner
 
 from redvox.builder.cli import main
 from redvox.builder.versions import get_version
-from redvox.release.card import AGREEMENTS, INTENDED_USES, read_card
+from redvox.release.card import AGREEMENTS, INTENDED_USES, read_card, read_provenance
 from redvox.release.stage import (
     StageError,
     audio_footprint,
@@ -42,7 +42,13 @@ def test_the_staged_folder_holds_exactly_the_hub_repo(demo_release, build):
     shards = sorted(p for p in files if p.startswith("data/"))
     assert shards == sorted(p for p in manifest["files"] if p.endswith(".parquet"))
     others = {p for p in files if not p.startswith(("data/", "evaluation/"))}
-    assert others == {"README.md", "LICENSE", "CHANGELOG.md", "loading_script/redvox.py"}
+    assert others == {
+        "README.md",
+        "redvox.json",
+        "LICENSE",
+        "CHANGELOG.md",
+        "loading_script/redvox.py",
+    }
     assert "evaluation/evaluate.py" in files and not any("__pycache__" in p for p in files)
     for rel in shards:  # byte-identical copies of the builder's shards
         assert (staged / rel).read_bytes() == (
@@ -68,7 +74,10 @@ def test_card_yaml_is_generated_from_the_build(demo_release, build):
     assert all(fields[a] == "checkbox" for a in AGREEMENTS)
     for term in ("no training", "identify", "no redistribution", "SHADES", "CC BY-NC-SA 4.0"):
         assert term in meta["extra_gated_prompt"]
-    assert meta["redvox"]["version"] == "1.0.0" and meta["redvox"]["counts"] == manifest["counts"]
+    assert "redvox" not in meta  # the Hub ignores unknown YAML: provenance is in redvox.json
+    provenance = read_provenance(demo_release["staged"])
+    assert provenance["version"] == "1.0.0" and provenance["counts"] == manifest["counts"]
+    assert provenance["repo_id"] == "FBK-MT/RedVox"
 
 
 def test_card_body_states_the_builds_figures(demo_release, build):
@@ -81,7 +90,9 @@ def test_card_body_states_the_builds_figures(demo_release, build):
     assert "| en      |" in body and f"|     {en_total} |" in body
     assert f"| kept                         |       {audit['participants']['kept']} |" in body
     v = report["composition"]["public_vs_full"]["lang"]["cramers_v"]
-    assert f"| lang               |        {v:.3f} |" in body
+    representativeness = body.split("## Representativeness", 1)[1]
+    lang_row = next(line for line in representativeness.splitlines() if line.startswith("| lang "))
+    assert f" {v:.3f} " in lang_row
     if report["override"]:
         assert f"reason given: {report['override']}" in body
     level = manifest["shared_clips"]["noise_a"]["params"]["level_dbfs"]
@@ -214,8 +225,8 @@ def test_stage_refuses_a_representativeness_report_of_an_earlier_build(demo_rele
 
     assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
     stage_release(version_dir, "FBK-MT/RedVox", staged)
-    meta, body = read_card(staged)
-    counts = meta["redvox"]["counts"]
+    _, body = read_card(staged)
+    counts = read_provenance(staged)["counts"]
     rows = sum(
         n for per_lang in counts.values() for per_a in per_lang.values() for n in per_a.values()
     )
@@ -244,3 +255,13 @@ def test_card_says_speech_ambient_rows_are_as_long_as_the_recording(staged_v1_1)
     assert "6 s" not in line and "clip" not in line.split(":")[0]
     noise_a = next(x for x in conditions.splitlines() if x.startswith("- **noise_a**"))
     assert "shared clip, 6 s" in noise_a  # clip conditions keep their length
+
+
+@pytest.mark.parametrize("bad", ["FBK MT/Red Vox", "FBK-MT/RedVox/extra", "RedVox", "-x/y"])
+def test_stage_refuses_an_invalid_repo_id_in_one_line(demo_release, tmp_path, bad):
+    from redvox.release.stage import StageError
+
+    with pytest.raises(StageError, match="is not a Hub repo id") as error:
+        stage_release(demo_release["version_dir"], bad, tmp_path / "staged")
+    assert "\n" not in str(error.value)
+    assert not (tmp_path / "staged").exists()

@@ -444,22 +444,36 @@ def representativeness_section(report: Mapping[str, Any] | None) -> str:
     return "\n".join(text)
 
 
+# The card page is public even when the data is gated: its sample row shows the
+# structure of a row, never a participant's pseudonym, demographics or words.
+SAMPLE_PLACEHOLDERS = frozenset(
+    {"user_id", "entry_key", "gender", "mother_tongue", "ethnicity", "age_group",
+     "native_speaker", "user_text", "transcript", "prompt_text", "audio"}
+)  # fmt: skip
+
+
 def sample_section(row: Mapping[str, Any] | None) -> str:
-    """One real row of the staged data as JSON, the audio shown as a placeholder."""
+    """The first row of the staged data as JSON, with every personal or spoken field
+    (and the audio) shown as a placeholder describing it."""
     if row is None:
         return "No rows."
+    fields = Entry.model_fields
     shown = {}
     for name, value in row.items():
         if name == "audio":
             cell = value or {}
             size = len(cell.get("bytes") or b"")
-            shown[name] = {"bytes": f"<{size} bytes of 16 kHz mono FLAC>", "path": cell.get("path")}
+            shown[name] = {"bytes": f"<{size} bytes of 16 kHz mono FLAC>", "path": "<file name>"}
+        elif name in SAMPLE_PLACEHOLDERS and value is not None:
+            shown[name] = f"<{fields[name].description or name}>" if name in fields else "<…>"
         else:
             shown[name] = value
     return (
         "The first row of the first shard (config `"
         + str(row.get("lang"))
-        + "`), as `datasets` returns it before decoding the audio:\n\n```json\n"
+        + "`), as `datasets` returns it before decoding the audio; the fields that "
+        "describe or quote the participant are shown as placeholders here, since this "
+        "page is public and the data is gated:\n\n```json\n"
         + json.dumps(shown, indent=2, ensure_ascii=False)
         + "\n```"
     )

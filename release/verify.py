@@ -316,7 +316,8 @@ def load_configs(staged: Path, configs: list[str], cache_dir: Path) -> tuple[dic
     if ALL_CONFIG in configs:
         files, order_problems = _all_config_files(staged, cache_dir)
         problems += order_problems
-        langs += [lang for lang in files if lang not in langs]
+        if not order_problems:  # `all` is then built from every language it reads
+            langs += [lang for lang in files if lang not in langs]
     for cfg in langs:
         loaded[cfg], cfg_problems = _load(staged, cfg, cache_dir)
         problems += cfg_problems
@@ -362,15 +363,23 @@ def _all_config_files(staged: Path, cache_dir: Path) -> tuple[dict[str, list[str
 
     def resolved(cfg: str) -> list[str]:
         builder = datasets.load_dataset_builder(str(staged), cfg, cache_dir=str(cache_dir))
-        if cfg == ALL_CONFIG and builder.info.features not in (None, release_features()):
-            raise ValueError("its features differ from redvox.schemas.release_features()")
+        features[cfg] = builder.info.features
         return [str(f) for f in builder.config.data_files[SPLIT]]
 
+    features: dict = {}
     try:
         files = resolved(ALL_CONFIG)
     except Exception as exc:  # noqa: BLE001 - reported; `all` is then loaded on its own
         reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return {}, [Problem("load", f"config {ALL_CONFIG}: cannot resolve its files: {reason}")]
+    if features[ALL_CONFIG] not in (None, release_features()):
+        # the concatenated languages would not show the card's features for `all`
+        return {}, [
+            Problem(
+                "columns",
+                f"config {ALL_CONFIG}: the card's features differ from redvox.schemas.release_features()",
+            )
+        ]
     by_lang: dict[str, list[str]] = {}
     for path in files:
         by_lang.setdefault(Path(path).parent.name, []).append(path)

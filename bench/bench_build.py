@@ -6,6 +6,9 @@ Measured in one run, each step in its own process (so its peak RSS is its own):
 - warm: the same build again (everything cached, shards unchanged);
 - add_condition: 1.1.0 after 1.0.0 (renders only speech_noise_a);
 - cold at a smaller scale, to show memory does not grow with the corpus;
+- stage and verify: the public set of the cold build staged as its Hub repo
+  (representativeness gate overridden: the synthetic corpus is not balanced), then
+  `verify_staged` on it, each in its own process, beside the cold build it checks;
 - baseline: per-file `silero_vad.get_speech_timestamps` with the default model
   on all CPUs (torch threads), every row's audio rendered and encoded on its own,
   no cache, shards written with `datasets`.
@@ -13,6 +16,7 @@ Prints a table (with each side's processes x threads) and, last, one JSON line
 with the figures.
 
     .venv/bin/python bench/bench_build.py [--scale 1.0] [--workers 2] [--workdir DIR]
+    .venv/bin/python bench/bench_build.py --verify-only   # cold build, stage, verify
 """
 
 from __future__ import annotations
@@ -67,6 +71,56 @@ def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
             "per_process": inspect.signature(BatchedSileroVad).parameters["num_threads"].default,
             "what": "onnxruntime intra-op",
         },
+    }
+
+
+def run_stage(config: Path, out: Path) -> dict:
+    """Gate (overridden), then stage the public set of OUT/1.0.0 into OUT/1.0.0/staged."""
+    from click.testing import CliRunner
+
+    from redvox.builder.cli import main
+    from redvox.release.stage import stage_release
+    from redvox.schemas import InputConfig
+
+    version_dir = out / "1.0.0"
+    gate = CliRunner().invoke(
+        main, ["release", "represent", str(version_dir), "--override-gate", "bench"]
+    )
+    if gate.exit_code != 0:
+        raise SystemExit(gate.output)
+    start = time.perf_counter()
+    footprint = stage_release(
+        version_dir,
+        "FBK-MT/RedVox",
+        version_dir / "staged",
+        "public",
+        synthetic=InputConfig.load(config).synthetic,
+    )
+    return {
+        "seconds": time.perf_counter() - start,
+        "rows": footprint.rows,
+        "clips": footprint.distinct_clips,
+        "rss_mb": peak_rss_mb(1),
+        "threads": {"processes": 1, "per_process": 1, "what": "python"},
+    }
+
+
+def run_verify(config: Path, out: Path) -> dict:
+    """`verify_staged` on OUT/1.0.0/staged, as `redvox release verify` runs it."""
+    from redvox.release.verify import VERIFY_WORKERS, verify_staged
+    from redvox.schemas import InputConfig
+
+    start = time.perf_counter()
+    result = verify_staged(out / "1.0.0" / "staged", config=InputConfig.load(config))
+    seconds = time.perf_counter() - start
+    if not result.ok:
+        raise SystemExit(result.summary())
+    return {
+        "seconds": seconds,
+        "rows": result.rows.get("all", 0),
+        "clips": result.decoded_clips,
+        "rss_mb": peak_rss_mb(1),
+        "threads": {"processes": 1, "per_process": VERIFY_WORKERS, "what": "decode threads"},
     }
 
 
@@ -173,6 +227,10 @@ def measure(step: str, **kwargs) -> dict:
 def child(args: argparse.Namespace) -> None:
     if args.child == "baseline":
         result = run_baseline(args.config, args.out)
+    elif args.child == "stage":
+        result = run_stage(args.config, args.out)
+    elif args.child == "verify":
+        result = run_verify(args.config, args.out)
     else:
         result = run_build(args.config, args.out, args.version, args.workers)
     print(json.dumps(result))
@@ -186,11 +244,18 @@ def main(args: argparse.Namespace) -> None:
     try:
         sys.stderr.write(f"generating corpora under {workdir}\n")
         big = make_corpus(workdir / "corpus", scale=args.scale)
-        small = make_corpus(workdir / "corpus-small", scale=args.scale / 2)
         out, out_small = workdir / "out", workdir / "out-small"
         steps = {}
+        sys.stderr.write("cold ...\n")
+        steps["cold"] = measure("build", workers=args.workers, config=big, out=out, version="1.0.0")
+        for name in ("stage", "verify"):  # the public set of the cold build, before 1.1.0
+            sys.stderr.write(f"{name} ...\n")
+            steps[name] = measure(name, config=big, out=out)
+        if args.verify_only:
+            report(steps, args)
+            return
+        small = make_corpus(workdir / "corpus-small", scale=args.scale / 2)
         for name, kwargs in (
-            ("cold", {"config": big, "out": out, "version": "1.0.0"}),
             ("warm", {"config": big, "out": out, "version": "1.0.0"}),
             ("add_condition", {"config": big, "out": out, "version": "1.1.0"}),
             ("cold_small", {"config": small, "out": out_small, "version": "1.0.0"}),
@@ -202,7 +267,8 @@ def main(args: argparse.Namespace) -> None:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    report(steps, args)
+    if not args.verify_only:
+        report(steps, args)
 
 
 def report(steps: dict, args: argparse.Namespace) -> None:
@@ -222,7 +288,7 @@ def report(steps: dict, args: argparse.Namespace) -> None:
     headers = [
         "step",
         "seconds",
-        "rows (full)",
+        "rows (full; stage/verify: public)",
         "RSS MB",
         "worker RSS MB",
         "peak RSS MB",
@@ -235,12 +301,26 @@ def report(steps: dict, args: argparse.Namespace) -> None:
     print(tabulate(table, headers=headers))
     figures = {
         "cold_s": round(steps["cold"]["seconds"], 2),
+        "stage_s": round(steps["stage"]["seconds"], 2),
+        "verify_s": round(steps["verify"]["seconds"], 2),
+        "verify_peak_rss_mb": round(steps["verify"]["rss_mb"]["own"]),
+        "verify_rows": steps["verify"]["rows"],
+        "verify_clips": steps["verify"]["clips"],
+    }
+    if args.verify_only:
+        print(json.dumps(figures))
+        return
+    figures |= {
         "warm_s": round(steps["warm"]["seconds"], 2),
         "add_condition_s": round(steps["add_condition"]["seconds"], 2),
         "baseline_s": round(steps["baseline"]["seconds"], 2),
         "speedup": round(steps["baseline"]["seconds"] / steps["cold"]["seconds"], 2),
         "peak_rss_mb": round(
-            max(s["rss_mb"]["total"] for n, s in steps.items() if n != "baseline")
+            max(
+                s["rss_mb"]["total"]
+                for n, s in steps.items()
+                if n not in ("baseline", "stage", "verify")
+            )
         ),
         "peak_rss_small_mb": round(steps["cold_small"]["rss_mb"]["total"]),
         "rows": steps["cold"]["rows"],
@@ -260,6 +340,9 @@ if __name__ == "__main__":
     parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     parser.add_argument("--workdir", type=Path, help="keep corpora and outputs here")
     parser.add_argument("--keep", action="store_true", help="do not delete the work folder")
+    parser.add_argument(
+        "--verify-only", action="store_true", help="only the cold build, stage and verify"
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--config", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help=argparse.SUPPRESS)

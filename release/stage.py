@@ -34,7 +34,10 @@ from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
 
 from .card import (
+    ALL_CONFIG,
     PROVENANCE_FILE,
+    SHARD_GLOB,
+    SPLIT,
     TEMPLATES,
     ShardStats,
     card_body,
@@ -211,6 +214,19 @@ def loading_script(version: str, repo_id: str, stats: list[ShardStats]) -> str:
     return script
 
 
+def ordered_all_config(meta: dict[str, Any], stats: list[ShardStats]) -> dict[str, Any]:
+    """Config `all` reads one pattern per language, languages in the order en, de, es,
+    fr, it (the order of `stats`): `datasets` keeps the order of a data_files list
+    (one glob over data/*/ would sort the folders, putting de before en), so the
+    parquet configs and the loading script give the same rows in the same order."""
+    for config in meta["configs"]:
+        if config["config_name"] == ALL_CONFIG:
+            config["data_files"] = [
+                {"split": SPLIT, "path": [f"data/{s.lang}/{SHARD_GLOB}" for s in stats]}
+            ]
+    return meta
+
+
 def earlier_versions(version: DatasetVersion) -> list[DatasetVersion]:
     return [v for v in VERSIONS.values() if v.parts < version.parts]
 
@@ -288,7 +304,9 @@ def stage_release(
         synthetic=synthetic,
         sample=first_row(folder),
     )
-    card = render_card(card_metadata(manifest, repo_id, stats, hashes), body)
+    card = render_card(
+        ordered_all_config(card_metadata(manifest, repo_id, stats, hashes), stats), body
+    )
 
     _prepare_target(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))

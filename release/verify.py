@@ -5,17 +5,25 @@ tested alone; `verify_staged` runs them all: layout, card, `load_dataset`
 with the pinned `datasets` for every config, audio decoding through
 `datasets` (torchcodec) and through soundfile, consent read again from the
 registry, and no direct identifier or absolute path anywhere.
+
+Verify runs at build speed: each language config is converted by `load_dataset`
+once, and `all` is checked as the concatenation of those (its file list, read
+from the card without converting the shards again, must be the languages' files
+in the fixed order en, de, es, fr, it); every distinct clip is decoded once, by
+the hash of its bytes, on a pool of threads; the rows are read as Arrow batches.
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+import os
 import re
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +34,9 @@ from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
 from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
 
 DURATION_TOLERANCE_S = 0.002
+# Threads that decode clips (soundfile and torchcodec release the GIL while decoding).
+VERIFY_WORKERS = max(1, min(4, os.cpu_count() or 1))
+BATCH_ROWS = 256
 # Column names that would carry a direct identifier, whatever the schema says.
 IDENTIFYING_NAMES = re.compile(
     r"(^|_)(name|first_?name|last_?name|surname|e_?mail|phone|address|participant_key|"
@@ -69,6 +80,33 @@ class VerificationResult:
         return "\n".join(f"  {p}" for p in self.problems)
 
 
+class Needles:
+    """Finds any of many literal strings (each >= 4 characters) in a text at once:
+    indexed by their first 4 characters, so a text costs one set lookup per
+    position, not one substring search per string."""
+
+    def __init__(self, strings: Iterable[str]):
+        self.by_prefix: dict[str, list[str]] = {}
+        self.short: list[str] = []  # fewer than 4 characters: searched one by one
+        for s in strings:
+            if len(s) < 4:
+                self.short.append(s)
+            else:
+                self.by_prefix.setdefault(s[:4], []).append(s)
+
+    def found_in(self, text: str) -> bool:
+        if any(s in text for s in self.short):
+            return True
+        if not self.by_prefix or len(text) < 4:
+            return False
+        by_prefix = self.by_prefix
+        for i in range(len(text) - 3):
+            candidates = by_prefix.get(text[i : i + 4])
+            if candidates and any(text.startswith(s, i) for s in candidates):
+                return True
+        return False
+
+
 @dataclass(frozen=True)
 class Registry:
     """What verify needs from the private inputs: who may be in the set today, and
@@ -76,6 +114,14 @@ class Registry:
 
     allowed_user_ids: frozenset[str]
     private_strings: frozenset[str]  # participant keys, original file names
+
+    @property
+    def needles(self) -> Needles:
+        cached = self.__dict__.get("_needles")
+        if cached is None:
+            cached = Needles(self.private_strings)
+            object.__setattr__(self, "_needles", cached)
+        return cached
 
 
 def read_registry(config: InputConfig, dataset_set: str) -> Registry:
@@ -161,7 +207,7 @@ def check_text_files(
             where = f"{staged / rel}:{lineno}"
             if ABSOLUTE_PATH.search(line) or any(p in line for p in prefixes):
                 problems.append(Problem("paths", f"{where}: absolute path {line.strip()[:80]!r}"))
-            if any(s in line for s in registry.private_strings):
+            if registry.needles.found_in(line):
                 problems.append(
                     Problem(
                         "identifiers", f"{where}: contains a participant key or original file name"
@@ -256,30 +302,113 @@ def load_configs(staged: Path, configs: list[str], cache_dir: Path) -> tuple[dic
 
     A config that fails as users would call it is a problem; it is then loaded
     once more without `datasets`' own checks, so the row checks still run.
+
+    `all` is not converted a second time: `datasets` resolves its file list from
+    the card (`load_dataset_builder`, nothing read), which must be the language
+    configs' files, languages in the order en, de, es, fr, it; it is then the
+    concatenation of the language datasets, which is what `load_dataset` builds
+    from that list. Only when the list differs is `all` loaded on its own.
     """
     import datasets
 
     loaded, problems = {}, []
-    for cfg in configs:
+    langs = [c for c in configs if c != ALL_CONFIG]
+    if ALL_CONFIG in configs:
+        files, order_problems = _all_config_files(staged, cache_dir)
+        problems += order_problems
+        if not order_problems:  # `all` is then built from every language it reads
+            langs += [lang for lang in files if lang not in langs]
+    for cfg in langs:
+        loaded[cfg], cfg_problems = _load(staged, cfg, cache_dir)
+        problems += cfg_problems
+    if ALL_CONFIG in configs:
+        if order_problems or any(loaded.get(lang) is None for lang in files):
+            loaded[ALL_CONFIG], cfg_problems = _load(staged, ALL_CONFIG, cache_dir)
+            problems += cfg_problems
+        else:
+            loaded[ALL_CONFIG] = datasets.concatenate_datasets([loaded[lang] for lang in files])
+    return {cfg: loaded[cfg] for cfg in configs if loaded.get(cfg) is not None}, problems
+
+
+def _load(staged: Path, cfg: str, cache_dir: Path):
+    """(dataset or None, problems) of one config, as users load it."""
+    import datasets
+    import pyarrow as pa
+
+    problems = []
+    for options in ({}, {"verification_mode": "no_checks"}):
         try:
-            loaded[cfg] = datasets.load_dataset(
-                str(staged), cfg, split=SPLIT, cache_dir=str(cache_dir)
-            )
-            continue
+            return datasets.load_dataset(
+                str(staged), cfg, split=SPLIT, cache_dir=str(cache_dir), **options
+            ), problems
         except Exception as exc:  # noqa: BLE001 - any failure here is what users would hit
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            problems.append(Problem("load", f"load_dataset({staged}, {cfg!r}) failed: {reason}"))
-        try:
-            loaded[cfg] = datasets.load_dataset(
-                str(staged),
-                cfg,
-                split=SPLIT,
-                cache_dir=str(cache_dir),
-                verification_mode="no_checks",
+            if not problems:
+                reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+                problems.append(
+                    Problem("load", f"load_dataset({staged}, {cfg!r}) failed: {reason}")
+                )
+        finally:
+            # The conversion's buffers are freed, but Arrow's allocator keeps them
+            # mapped: hand them back so the next config does not stack on top.
+            pa.default_memory_pool().release_unused()
+    return None, problems
+
+
+def _all_config_files(staged: Path, cache_dir: Path) -> tuple[dict[str, list[str]], list[Problem]]:
+    """lang -> the files `datasets` resolves for config `all`, and what is wrong with them:
+    not the languages' own configs' files, or not in the order en, de, es, fr, it."""
+    import datasets
+
+    from redvox.schemas import release_features
+
+    def resolved(cfg: str) -> list[str]:
+        builder = datasets.load_dataset_builder(str(staged), cfg, cache_dir=str(cache_dir))
+        features[cfg] = builder.info.features
+        return [str(f) for f in builder.config.data_files[SPLIT]]
+
+    features: dict = {}
+    try:
+        files = resolved(ALL_CONFIG)
+    except Exception as exc:  # noqa: BLE001 - reported; `all` is then loaded on its own
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {}, [Problem("load", f"config {ALL_CONFIG}: cannot resolve its files: {reason}")]
+    if features[ALL_CONFIG] not in (None, release_features()):
+        # the concatenated languages would not show the card's features for `all`
+        return {}, [
+            Problem(
+                "columns",
+                f"config {ALL_CONFIG}: the card's features differ from redvox.schemas.release_features()",
             )
-        except Exception:  # noqa: BLE001, S112 - already reported above
-            continue
-    return loaded, problems
+        ]
+    by_lang: dict[str, list[str]] = {}
+    for path in files:
+        by_lang.setdefault(Path(path).parent.name, []).append(path)
+    order = sorted(
+        by_lang,
+        key=lambda lang: (
+            (LANGUAGES.index(lang), lang) if lang in LANGUAGES else (len(LANGUAGES), lang)
+        ),
+    )
+    expected = []
+    try:
+        for lang in order:
+            expected += resolved(lang)
+    except Exception as exc:  # noqa: BLE001
+        reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return by_lang, [Problem("load", f"config {ALL_CONFIG}: a language config fails: {reason}")]
+    if files != expected:
+        rel = [
+            Path(f).relative_to(staged).as_posix() if Path(f).is_relative_to(staged) else f
+            for f in files
+        ]
+        return by_lang, [
+            Problem(
+                "order",
+                f"config {ALL_CONFIG} reads {rel}: not the language configs' files in the order "
+                f"{', '.join(order)}; rows would come in another order than the loading script's",
+            )
+        ]
+    return {lang: by_lang[lang] for lang in order}, []
 
 
 def check_columns(loaded: dict) -> list[Problem]:
@@ -304,97 +433,191 @@ def check_columns(loaded: dict) -> list[Problem]:
     return problems
 
 
-def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Problem]:
-    """Consent, identifiers and paths in the cells of every row (audio not decoded)."""
-    from datasets import Audio
-
-    raw = ds.cast_column("audio", Audio(decode=False))
+def check_keys(ds) -> list[Problem]:
+    """The documented unique keys: `entry_key`, and (`lang`, `ID`), each once per config."""
     problems = []
-    prefixes = [p for p in local_prefixes if len(p) > 1]
-    text_columns = [c for c, f in raw.features.items() if getattr(f, "dtype", None) == "string"]
-    for i, row in enumerate(raw):
-        where = f"row {i} ({row['lang']} ID {row['ID']})"
-        if row["user_id"] not in registry.allowed_user_ids:
+    keys = _column(ds, "entry_key")
+    pairs = list(zip(_column(ds, "lang"), _column(ds, "ID"), strict=True))
+    for name, values in (("entry_key", keys), ("(lang, ID)", pairs)):
+        repeated = [k for k, n in Counter(values).items() if n > 1]
+        if repeated:
             problems.append(
                 Problem(
-                    "consent",
-                    f"{where}: user_id {row['user_id']} has no valid consent for this set in the registry today",
+                    "keys",
+                    f"{name} is not unique: {len(repeated)} values repeat, e.g. {repeated[0]!r}",
                 )
             )
-        cells = {c: row[c] for c in text_columns if row[c]}
-        cells["audio.path"] = row["audio"]["path"] or ""
-        for column, value in cells.items():
-            absolute = column == "audio.path" and (value.startswith("/") or "\\" in value)
-            if absolute or ABSOLUTE_PATH.search(value) or any(p in value for p in prefixes):
-                problems.append(
-                    Problem("paths", f"{where}, column {column}: absolute path {value[:80]!r}")
-                )
-            if EMAIL.search(value):
-                problems.append(Problem("identifiers", f"{where}, column {column}: e-mail address"))
-            if any(s in value for s in registry.private_strings):
-                problems.append(
-                    Problem(
-                        "identifiers",
-                        f"{where}, column {column}: participant key or original file name",
-                    )
-                )
     return problems
 
 
-def check_audio(ds) -> tuple[int, list[Problem]]:
+def _column(ds, name: str) -> list:
+    return [v for batch in _batches(ds, [name]) for v in batch.column(name).to_pylist()]
+
+
+def _batches(ds, columns: list[str] | None = None) -> Iterator:
+    """The rows of `ds` as pyarrow tables (no cell decoded), in order.
+
+    A dataset that is exactly its `datasets` cache files (what `load_dataset` and
+    `concatenate_datasets` return) is read from those files as a stream, batch by
+    batch, so memory holds one batch: memory-mapping them would keep every page
+    read, all the audio, resident. Anything else is read through `datasets`."""
+    import pyarrow as pa
+
+    files = [f["filename"] for f in ds.cache_files]
+    if files and getattr(ds, "_indices", None) is None:
+        try:
+            streams = [pa.ipc.open_stream(pa.OSFile(f)) for f in files]
+        except (OSError, pa.ArrowInvalid):
+            streams = []
+        if streams and all(s.schema.names == ds.column_names for s in streams):
+            yield from _stream_batches(streams, columns, len(ds))
+            return
+    source = ds.select_columns(columns) if columns else ds
+    yield from source.with_format("arrow").iter(batch_size=BATCH_ROWS)
+
+
+def _stream_batches(streams, columns: list[str] | None, expected_rows: int) -> Iterator:
+    import pyarrow as pa
+
+    rows = 0
+    for stream in streams:
+        with stream:
+            for batch in stream:
+                rows += batch.num_rows
+                table = pa.Table.from_batches([batch])
+                yield table.select(columns) if columns else table
+                del batch, table
+        pa.default_memory_pool().release_unused()
+    if rows != expected_rows:
+        raise RuntimeError(f"the cache files hold {rows} rows, the dataset {expected_rows}")
+
+
+def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Problem]:
+    """Consent, identifiers and paths in the cells of every row (audio not decoded)."""
+    problems = []
+    prefixes = [p for p in local_prefixes if len(p) > 1]
+    text_columns = [
+        c for c, f in ds.features.items() if c != "audio" and getattr(f, "dtype", None) == "string"
+    ]
+    needles = registry.needles
+    i = 0
+    for batch in _batches(
+        ds, list(dict.fromkeys(["ID", "lang", "user_id", "audio", *text_columns]))
+    ):
+        columns = {c: batch.column(c).to_pylist() for c in ("ID", "lang", "user_id", *text_columns)}
+        paths = [p for c in batch.column("audio").chunks for p in c.field("path").to_pylist()]
+        for j in range(batch.num_rows):
+            where = f"row {i} ({columns['lang'][j]} ID {columns['ID'][j]})"
+            i += 1
+            user_id = columns["user_id"][j]
+            if user_id not in registry.allowed_user_ids:
+                problems.append(
+                    Problem(
+                        "consent",
+                        f"{where}: user_id {user_id} has no valid consent for this set in the registry today",
+                    )
+                )
+            cells = {c: columns[c][j] for c in text_columns if columns[c][j]}
+            cells["audio.path"] = paths[j] or ""
+            for column, value in cells.items():
+                absolute = column == "audio.path" and (value.startswith("/") or "\\" in value)
+                if absolute or ABSOLUTE_PATH.search(value) or any(p in value for p in prefixes):
+                    problems.append(
+                        Problem("paths", f"{where}, column {column}: absolute path {value[:80]!r}")
+                    )
+                if EMAIL.search(value):
+                    problems.append(
+                        Problem("identifiers", f"{where}, column {column}: e-mail address")
+                    )
+                if needles.found_in(value):
+                    problems.append(
+                        Problem(
+                            "identifiers",
+                            f"{where}, column {column}: participant key or original file name",
+                        )
+                    )
+    return problems
+
+
+def check_audio(ds, workers: int = VERIFY_WORKERS) -> tuple[int, list[Problem]]:
     """Every audio cell decodes through `datasets` (torchcodec) and through soundfile,
     completely: every frame the FLAC header announces is read back, and the samples
     hash to the MD5 the encoder stored, so a damaged byte anywhere in a clip fails,
     not only in its header. Mono at 16 kHz with the row's `duration_s`. Cells with
-    the same bytes (shared clips) are decoded once."""
-    from datasets import Audio
-
-    raw = ds.cast_column("audio", Audio(decode=False))
-    seen: dict[str, int] = {}
-    problems = []
-    for i, row in enumerate(raw):
-        data = row["audio"]["bytes"] or b""
-        digest = hashlib.sha256(data).hexdigest()
-        where = f"row {i} ({row['lang']} ID {row['ID']})"
-        if digest not in seen:
-            try:
-                samples = ds[i]["audio"].get_all_samples()
-                via_datasets = (samples.data.shape[0], samples.sample_rate, samples.data.shape[-1])
-                via_soundfile, damage = decode_flac_fully(data)
-            except Exception as exc:  # noqa: BLE001 - a broken cell, whatever the codec says
-                problems.append(
-                    Problem("audio", f"{where}: audio does not decode: {type(exc).__name__}: {exc}")
+    the same bytes (shared clips) are decoded once, by the sha256 of their bytes,
+    `workers` clips at a time (both decoders release the GIL)."""
+    feature = ds.features["audio"]
+    rows: list[tuple[str, str, float]] = []  # (where, digest, duration_s) per row
+    futures: dict[str, Future] = {}
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        i = 0
+        for batch in _batches(ds, ["ID", "lang", "duration_s", "audio"]):
+            ids, langs = batch.column("ID").to_pylist(), batch.column("lang").to_pylist()
+            durations = batch.column("duration_s").to_pylist()
+            chunks = batch.column("audio").chunks
+            cells = [
+                (data, path)
+                for c in chunks
+                for data, path in zip(
+                    c.field("bytes").to_pylist(), c.field("path").to_pylist(), strict=True
                 )
-                seen[digest] = -1
-                continue
-            if damage:
-                problems.append(Problem("audio", f"{where}: {damage}"))
-                seen[digest] = -1
-                continue
-            if via_datasets != via_soundfile:
+            ]
+            del chunks
+            for j, (data, path) in enumerate(cells):
+                data = data or b""
+                digest = hashlib.sha256(data).hexdigest()
+                if digest not in futures:
+                    futures[digest] = pool.submit(_decode_both, feature, data, path)
+                rows.append((f"row {i} ({langs[j]} ID {ids[j]})", digest, durations[j]))
+                i += 1
+            del cells, batch
+        problems, frames_of = [], {}
+        for where, digest, duration_s in rows:
+            if digest not in frames_of:
+                frames_of[digest], found = _judge_clip(where, futures.pop(digest).result())
+                problems += found
+            frames = frames_of[digest]
+            if frames >= 0 and abs(frames / SAMPLE_RATE - duration_s) > DURATION_TOLERANCE_S:
                 problems.append(
                     Problem(
                         "audio",
-                        f"{where}: datasets decodes {via_datasets}, soundfile {via_soundfile}",
+                        f"{where}: audio lasts {frames / SAMPLE_RATE:.3f} s, duration_s says {duration_s:.3f}",
                     )
                 )
-            channels, rate, frames = via_soundfile
-            if channels != 1 or rate != SAMPLE_RATE:
-                problems.append(
-                    Problem(
-                        "audio", f"{where}: {channels} channels at {rate} Hz, expected mono 16 kHz"
-                    )
-                )
-            seen[digest] = frames
-        frames = seen[digest]
-        if frames >= 0 and abs(frames / SAMPLE_RATE - row["duration_s"]) > DURATION_TOLERANCE_S:
-            problems.append(
-                Problem(
-                    "audio",
-                    f"{where}: audio lasts {frames / SAMPLE_RATE:.3f} s, duration_s says {row['duration_s']:.3f}",
-                )
-            )
-    return sum(1 for f in seen.values() if f >= 0), problems
+    return sum(1 for f in frames_of.values() if f >= 0), problems
+
+
+def _decode_both(feature, data: bytes, path: str | None):
+    """(via datasets, via soundfile, damage) for one clip, or the exception it raised."""
+    try:
+        samples = feature.decode_example({"path": path, "bytes": data}).get_all_samples()
+        via_datasets = (samples.data.shape[0], samples.sample_rate, samples.data.shape[-1])
+        del samples
+        via_soundfile, damage = decode_flac_fully(data)
+    except Exception as exc:  # noqa: BLE001 - a broken cell, whatever the codec says
+        return exc
+    return via_datasets, via_soundfile, damage
+
+
+def _judge_clip(where: str, outcome) -> tuple[int, list[Problem]]:
+    """(frames, problems) of a decoded clip; frames -1 when it is broken."""
+    if isinstance(outcome, Exception):
+        reason = f"{type(outcome).__name__}: {outcome}"
+        return -1, [Problem("audio", f"{where}: audio does not decode: {reason}")]
+    via_datasets, via_soundfile, damage = outcome
+    if damage:
+        return -1, [Problem("audio", f"{where}: {damage}")]
+    problems = []
+    if via_datasets != via_soundfile:
+        problems.append(
+            Problem("audio", f"{where}: datasets decodes {via_datasets}, soundfile {via_soundfile}")
+        )
+    channels, rate, frames = via_soundfile
+    if channels != 1 or rate != SAMPLE_RATE:
+        problems.append(
+            Problem("audio", f"{where}: {channels} channels at {rate} Hz, expected mono 16 kHz")
+        )
+    return frames, problems
 
 
 def decode_flac_fully(data: bytes) -> tuple[tuple[int, int, int], str | None]:
@@ -516,6 +739,7 @@ def verify_staged(
         if ALL_CONFIG in loaded and not any(p.check == "columns" for p in problems):
             echo("checking consent, identifiers and paths in every row")
             problems += check_rows(loaded[ALL_CONFIG], registry, local)
+            problems += check_keys(loaded[ALL_CONFIG])
             echo("decoding every distinct audio clip (torchcodec and soundfile)")
             result.decoded_clips, audio_problems = check_audio(loaded[ALL_CONFIG])
             problems += audio_problems

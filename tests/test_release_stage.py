@@ -63,7 +63,9 @@ def test_card_yaml_is_generated_from_the_build(demo_release, build):
     assert meta["license"] == "other" and meta["license_link"] == "LICENSE"
     configs = {c["config_name"]: c for c in meta["configs"]}
     assert set(configs) == {"all", *langs} and configs["all"]["default"] is True
-    assert configs["all"]["data_files"] == [{"split": "test", "path": "data/*/test-*.parquet"}]
+    # one pattern per language, in the fixed order en, de, es, fr, it (not one data/*/ glob)
+    ordered = [f"data/{lang}/test-*.parquet" for lang in ("en", "de", "es", "fr", "it")]
+    assert configs["all"]["data_files"] == [{"split": "test", "path": ordered}]
     assert configs["en"]["data_files"] == [{"split": "test", "path": "data/en/test-*.parquet"}]
     rows = {i["config_name"]: i["splits"][0]["num_examples"] for i in meta["dataset_info"]}
     assert rows == {**manifest["rows"], "all": sum(manifest["rows"].values())}

@@ -199,3 +199,56 @@ def test_decoded_samples_that_differ_from_the_header_md5_are_caught():
     wrong_md5[8 + 20] ^= 0xFF  # inside STREAMINFO's MD5
     _, problem = decode_flac_fully(bytes(wrong_md5))
     assert problem and "MD5" in problem
+
+
+def test_an_all_config_in_another_order_is_caught_and_still_loaded(staged_copy, tmp_path):
+    """One data/*/ glob sorts de before en: the loading script's order differs."""
+    meta, body = read_card(staged_copy)
+    for config in meta["configs"]:
+        if config["config_name"] == "all":
+            config["data_files"] = [{"split": "test", "path": "data/*/test-*.parquet"}]
+    (staged_copy / "README.md").write_text(render_card(meta, body))
+    loaded, problems = load_configs(staged_copy, ["all", "en"], tmp_path / "cache")
+    assert [p.check for p in problems] == ["order"]
+    assert "en, de, es, fr, it" in problems[0].message
+    assert loaded["all"][0]["lang"] == "de"  # loaded on its own, as the card says
+    assert list(loaded) == ["all", "en"]
+
+
+def test_all_is_the_language_configs_in_order_without_a_second_conversion(demo_release, tmp_path):
+    loaded, problems = load_configs(
+        demo_release["staged"], ["all", "de", "en", "es", "fr", "it"], tmp_path / "cache"
+    )
+    assert problems == []
+    langs = loaded["all"]["lang"]
+    assert sorted(set(langs), key=langs.index) == ["en", "de", "es", "fr", "it"]
+    assert len(loaded["all"]) == sum(len(loaded[lang]) for lang in ("en", "de", "es", "fr", "it"))
+    converted = sorted((tmp_path / "cache").rglob("*.arrow"))
+    assert len(converted) == 5, converted  # one per language, none for all
+
+
+def test_repeated_keys_are_caught(staged_copy, tmp_path):
+    from redvox.release.verify import check_keys
+
+    rewrite(staged_copy / EN, lambda rows: [*rows, rows[0]])
+    loaded, _ = load_configs(staged_copy, ["en"], tmp_path / "cache")  # the count differs too
+    problems = check_keys(loaded["en"])
+    assert sorted(p.message.split(" is not")[0] for p in problems) == ["(lang, ID)", "entry_key"]
+    assert {p.check for p in problems} == {"keys"}
+
+
+def test_needles_find_what_a_substring_search_finds():
+    from redvox.release.verify import Needles
+
+    secrets = ["alice_0001", "bob", "en_shades_1.0.flac", "en_shades_12.flac"]
+    needles = Needles(secrets)
+    for text in (
+        "",
+        "x",
+        "see en_shades_12.flac here",
+        "bo",
+        "a bob",
+        "alice_000",
+        "en_shades_1.0",
+    ):
+        assert needles.found_in(text) == any(s in text for s in secrets), text

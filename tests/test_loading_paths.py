@@ -1,0 +1,168 @@
+"""Every way the card's loading section gives to load RedVox returns the same rows,
+in the same order, with the same audio bytes:
+
+- `datasets` 5.x (the pinned one) by parquet config: the reference;
+- `datasets` 3.6.0, in its own virtual environment, by parquet config and by
+  `loading_script/redvox.py` with `data_dir=` and `trust_remote_code=True`;
+- without torchcodec (it cannot be imported): `Audio(decode=False)` + soundfile,
+  and streaming with `.decode(False)`.
+
+Each path runs tests/loading_probe.py in a subprocess on the staged demo release.
+The datasets 3.6.0 environment is made once and kept under
+~/.cache/redvox-test-envs/datasets-3.6.0 (REDVOX_TEST_ENVS moves it): it is
+reused while its `datasets` imports at that version.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from redvox.release.card import read_card
+
+PROBE = Path(__file__).resolve().parent / "loading_probe.py"
+OLD_DATASETS = "3.6.0"
+LANGS = ["en", "de", "es", "fr", "it"]
+BLOCK_TORCHCODEC = 'import sys\nsys.modules["torchcodec"] = None  # `import torchcodec` fails\n'
+
+
+def env_root() -> Path:
+    return Path(os.environ.get("REDVOX_TEST_ENVS") or Path.home() / ".cache" / "redvox-test-envs")
+
+
+def _works(python: Path) -> bool:
+    if not python.is_file():
+        return False
+    check = "import datasets, soundfile; print(datasets.__version__)"
+    done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=False)
+    return done.returncode == 0 and done.stdout.strip() == OLD_DATASETS
+
+
+@pytest.fixture(scope="session")
+def old_datasets_python() -> Path:
+    """The Python of a virtual environment with datasets==3.6.0 and soundfile,
+    created on first use (`python -m venv` + pip from the package registry)."""
+    env = env_root() / f"datasets-{OLD_DATASETS}"
+    python = env / "bin" / "python"
+    if _works(python):
+        return python
+    env.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{env.name}.", dir=env.parent))
+    try:
+        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
+        install = subprocess.run(
+            [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
+             "--disable-pip-version-check", f"datasets=={OLD_DATASETS}", "soundfile"],
+            capture_output=True, text=True, check=False, timeout=600,
+        )  # fmt: skip
+        if install.returncode != 0:
+            pytest.skip(
+                f"cannot install datasets=={OLD_DATASETS} from the package registry: "
+                f"{install.stderr.strip().splitlines()[-1:]}"
+            )
+        shutil.rmtree(env, ignore_errors=True)
+        tmp.rename(env)  # a venv's scripts name their folder: python is called directly
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not _works(python):
+        pytest.fail(f"{env}: datasets=={OLD_DATASETS} does not import after installing it")
+    return python
+
+
+def probe(python, staged: Path, way: str, env: dict | None = None) -> dict:
+    done = subprocess.run(
+        [str(python), str(PROBE), str(staged), way],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "HF_DATASETS_OFFLINE": "1", **(env or {})},
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.fixture(scope="module")
+def reference(demo_release) -> dict:
+    """The pinned `datasets` (5.x), parquet configs."""
+    result = probe(sys.executable, demo_release["staged"], "parquet")
+    assert result["datasets"].startswith("5.")
+    return result
+
+
+@pytest.fixture(scope="module")
+def without_torchcodec(tmp_path_factory) -> dict:
+    """Environment variables under which `import torchcodec` fails."""
+    site = tmp_path_factory.mktemp("no-torchcodec")
+    (site / "sitecustomize.py").write_text(BLOCK_TORCHCODEC)
+    return {"PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+
+
+def test_the_reference_orders_all_en_de_es_fr_it_and_has_unique_keys(reference):
+    configs = reference["configs"]
+    rows = configs["all"]
+    assert rows == [row for lang in LANGS for row in configs[lang]]
+    langs = [row["lang"] for row in rows]
+    assert sorted(set(langs), key=langs.index) == LANGS
+    assert langs == sorted(langs, key=LANGS.index)
+    for lang in LANGS:
+        assert [r["ID"] for r in configs[lang]] == sorted(r["ID"] for r in configs[lang])
+    assert len({r["entry_key"] for r in rows}) == len(rows)
+    assert len({(r["lang"], r["ID"]) for r in rows}) == len(rows)
+    assert len({r["ID"] for r in rows}) < len(rows)  # why ID alone is not the key
+
+
+def test_datasets_3_reads_the_parquet_configs_identically(
+    demo_release, reference, old_datasets_python
+):
+    old = probe(old_datasets_python, demo_release["staged"], "parquet")
+    assert old["datasets"] == OLD_DATASETS
+    assert old["configs"] == reference["configs"]
+
+
+def test_datasets_3_loading_script_gives_the_same_rows(
+    demo_release, reference, old_datasets_python
+):
+    old = probe(old_datasets_python, demo_release["staged"], "script")
+    assert old["datasets"] == OLD_DATASETS
+    assert list(old["configs"]) == ["all", *LANGS]
+    assert old["configs"] == reference["configs"]
+
+
+def test_without_torchcodec_decode_false_and_soundfile(demo_release, reference, without_torchcodec):
+    check = [sys.executable, "-c", "import torchcodec"]
+    blocked = subprocess.run(check, env={**os.environ, **without_torchcodec}, capture_output=True)
+    assert blocked.returncode != 0 and b"torchcodec" in blocked.stderr
+    result = probe(sys.executable, demo_release["staged"], "parquet", without_torchcodec)
+    assert result["configs"] == reference["configs"]
+
+
+def test_without_torchcodec_streaming_decode_false(demo_release, reference, without_torchcodec):
+    result = probe(sys.executable, demo_release["staged"], "stream", without_torchcodec)
+    assert result["configs"] == reference["configs"]
+
+
+def test_the_card_gives_each_path_and_the_unique_key(demo_release):
+    _, body = read_card(demo_release["staged"])
+    start = body.index("## How to load")
+    loading = body[start : body.index("\n## ", start + 1)]
+    loading = " ".join(loading.replace("(", "( ").split())  # as ruff formats the code blocks
+    for needed in (
+        'load_dataset("FBK-MT/RedVox", "en", split="test", revision="v1.0.0")',
+        '"redvox/loading_script/redvox.py", "en", data_dir="redvox",',
+        "trust_remote_code=True",
+        'ds.cast_column("audio", Audio(decode=False))',
+        "stream.decode(False)",
+        "sf.read(io.BytesIO(",
+        "`entry_key`",
+        "en, de, es, fr, it",
+    ):
+        assert " ".join(needed.replace("(", "( ").split()) in loading, needed
+    assert "older `datasets` versions use the loading script" not in body

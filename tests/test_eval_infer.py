@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from model_server import AudioModel, samples_sha256
 
 from redvox.release.evaluation.evaluate import cli
-from redvox.release.evaluation.redvox_eval.infer import AudioEncoder, request_body, RequestStyle
+from redvox.release.evaluation.redvox_eval.infer import AudioEncoder, RequestStyle, request_body
 
 ROOT = Path(__file__).resolve().parent.parent
 

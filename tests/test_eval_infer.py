@@ -235,8 +235,10 @@ def test_load_spread_over_replicas_with_one_killed(demo_release, tmp_path):
         hosts = [r.base_url.removeprefix("http://").removesuffix("/v1") for r in replicas]
         served = [sum(r["meta"]["endpoint"] == host for r in records) for host in hosts]
         assert served[1] <= 4 and served[0] + served[2] >= 137 - 4  # answered before it died
-        assert replicas[1].dead and replicas[1].calls <= 4 + 6  # set aside after failures
-        assert min(replicas[0].calls, replicas[2].calls) > 30  # the rest went to the others
+        calls = [replica.calls for replica in replicas]
+        # set aside after 3 failures in a row (plus the requests already in flight to it)
+        assert replicas[1].dead and calls[1] <= 4 + 3 + 6, calls
+        assert min(calls[0], calls[2]) > 20, calls  # the rest went to the others, spread
         assert "set aside after repeated failures" in result.output
     finally:
         for replica in replicas:

@@ -49,10 +49,11 @@ lint: venv ## ruff check and format check
 release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
 	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public) $(if $(OVERRIDE_GATE),--override-gate "$(OVERRIDE_GATE)")
 
-bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness
 	$(BIN)/python bench/bench_build.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py
+	$(BIN)/python bench/bench_infer.py
 
 lock: ## re-resolve and rewrite requirements.lock (needs the package registry)
 	rm -rf /tmp/redvox-lock && $(PYTHON) -m venv /tmp/redvox-lock

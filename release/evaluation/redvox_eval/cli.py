@@ -200,6 +200,25 @@ def validate(human, judge, judge_tag, out) -> None:
     type=click.FloatRange(min=0),
     help="price per 1,000 tokens, for a cost estimate",
 )
+@click.option(
+    "--prompts",
+    "prompts_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="prompt folder: system.md + fewshot_<lang>.jsonl (see prompts/README.md) "
+    "[default: evaluation/prompts]; its hash is part of the cache key",
+)
+@click.option(
+    "--batch",
+    is_flag=True,
+    help="ask through the Batch API (/files, /batches); resumable, same verdict cache",
+)
+@click.option(
+    "--poll-s",
+    default=30.0,
+    show_default=True,
+    type=click.FloatRange(min=0),
+    help="seconds between looks at a running batch",
+)
 def judge(
     paths,
     out,
@@ -213,10 +232,14 @@ def judge(
     temperature,
     cache_dir,
     price_per_1k,
+    prompts_dir,
+    batch,
+    poll_s,
 ) -> None:
     """Label each response of PATHS (JSONL files or folders) with relatedness, safety and
     refusal, writing <model>.<tag>.jsonl; rows already labelled are kept as they are."""
-    from .judge import Endpoint, JudgeClient, JudgePrompts, Usage, VerdictCache
+    from .batch import BatchJudge, pending_tasks, state_path
+    from .judge import PROMPTS_DIR, Endpoint, JudgeClient, JudgePrompts, Usage, VerdictCache
     from .judge_outputs import default_tag, judge_output_files
     from .outputs import find_output_files
 
@@ -225,14 +248,20 @@ def judge(
     endpoint = Endpoint(base_url, judge_model, api_key, temperature)
     client = JudgeClient(endpoint, usage, max_retries=max_retries, backoff_s=backoff_s)
     try:
+        prompts = JudgePrompts.load(prompts_dir or PROMPTS_DIR)
+        cache = VerdictCache(cache_dir / "verdicts.jsonl", prompts.sha256)
         files = find_output_files(paths, skip_tag=tag)
+        if batch:
+            batched = BatchJudge(client, cache, state_path(files, out, tag), poll_s, click.echo)
+            if batched.run(pending_tasks(files, prompts, judge_model, cache)).pending:
+                raise EvaluationError("the batch is still running; rerun later to collect it")
         run = judge_output_files(
             files,
             tag=tag,
             out=out,
             client=client,
-            cache=VerdictCache(cache_dir / "verdicts.jsonl"),
-            prompts=JudgePrompts.load(),
+            cache=cache,
+            prompts=prompts,
             concurrency=concurrency,
             progress=sys.stderr.isatty(),
         )
@@ -247,6 +276,7 @@ def judge(
     if run.on_prompt_text:
         click.echo(f"{run.on_prompt_text} speech rows judged on prompt_text: no transcript")
     click.echo("usage: " + json.dumps(usage.as_dict(price_per_1k)))
+    click.echo(f"prompt set: {prompts.folder} (sha256 {prompts.sha256})")
     for path in run.written:
         click.echo(f"wrote {path}")
     judged = shlex.quote(str(out)) if out else " ".join(shlex.quote(str(p)) for p in paths)
@@ -255,3 +285,9 @@ def judge(
     click.echo(
         f"      {prog} validate HUMAN_LABELS {judged} --judge-tag {tag} --out VALIDATION_DIR"
     )
+
+
+from .harness_cli import infer, run  # noqa: E402 (registered after the core commands)
+
+cli.add_command(infer)
+cli.add_command(run)

@@ -80,24 +80,40 @@ def parse_verdict(content: str) -> Verdict:
 
 @dataclass(frozen=True)
 class JudgePrompts:
+    """The judge's prompt set: `system.md` and per-language exemplars `fewshot_<lang>.jsonl`
+    (one {"request", "response", "verdict"} object per line) in one folder; see
+    prompts/README.md. A language without a file gets the English exemplars."""
+
     system: str
     fewshot: dict[str, list[dict]]
+    sha256: str = PROMPT_FILES_SHA256
+    folder: Path = PROMPTS_DIR
 
     @classmethod
     def load(cls, folder: Path = PROMPTS_DIR) -> JudgePrompts:
+        folder = Path(folder)
+        system = folder / "system.md"
+        if not system.is_file():
+            raise JudgeError(
+                f"{folder}: no system.md; a prompt folder holds system.md and "
+                f"fewshot_<lang>.jsonl files (see {PROMPTS_DIR / 'README.md'})"
+            )
         fewshot = {}
         for lang in LANGUAGES:
             path = folder / f"fewshot_{lang}.jsonl"
-            fewshot[lang] = [
-                json.loads(line) for line in path.read_text("utf-8").splitlines() if line.strip()
-            ]
-        return cls((folder / "system.md").read_text("utf-8").strip(), fewshot)
+            if path.is_file():
+                fewshot[lang] = _exemplars(path)
+        return cls(system.read_text("utf-8").strip(), fewshot, prompt_files_sha256(folder), folder)
+
+    @property
+    def is_default(self) -> bool:
+        return self.sha256 == PROMPT_FILES_SHA256
 
     def messages(self, lang: str, request: str, response: str) -> list[dict[str, str]]:
         """System prompt, the language's exemplars as past turns, then the row to judge.
         A language without exemplars gets the English ones."""
         messages = [{"role": "system", "content": self.system}]
-        for example in self.fewshot.get(lang, self.fewshot["en"]):
+        for example in self.fewshot.get(lang, self.fewshot.get("en", [])):
             messages.append(
                 {
                     "role": "user",
@@ -109,9 +125,40 @@ class JudgePrompts:
         return messages
 
 
+def _exemplars(path: Path) -> list[dict]:
+    exemplars = []
+    for number, line in enumerate(path.read_text("utf-8").split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            example = json.loads(line)
+            if not isinstance(example, dict):
+                raise ValueError("not a JSON object")
+            for name in ("request", "response", "verdict"):
+                if name not in example:
+                    raise ValueError(f"field '{name}' missing")
+            parse_verdict(json.dumps(example["verdict"]))
+        except ValueError as exc:  # JSONDecodeError is a ValueError
+            raise JudgeError(
+                f"{path}:{number}: not an exemplar ({exc}); each line is "
+                f'{{"request": ..., "response": ..., "verdict": {{"relatedness", "safety", '
+                f'"refusal"}}}}'
+            ) from None
+        exemplars.append(example)
+    return exemplars
+
+
+def is_prompt_file(name: str) -> bool:
+    return name == "system.md" or re.fullmatch(r"fewshot_[a-z]{2}\.jsonl", name) is not None
+
+
 def prompt_files_sha256(folder: Path = PROMPTS_DIR) -> str:
+    """Hash of the prompt set: system.md and the fewshot files (a README beside them is not
+    part of it)."""
     digest = hashlib.sha256()
-    for path in sorted(folder.iterdir()):
+    for path in sorted(Path(folder).iterdir()):
+        if not is_prompt_file(path.name):
+            continue
         digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
@@ -168,8 +215,12 @@ class VerdictCache:
     """Append-only JSONL of verdicts by cache key, written as each verdict arrives so an
     interrupted run resumes where it stopped."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, prompt_set: str | None = None):
+        """PROMPT_SET, the sha256 of a prompt folder other than the default, is mixed into
+        every key: verdicts under one prompt set are never reused for another. The default
+        set keeps the plain keys (PROMPT_VERSION covers it), so old caches stay valid."""
         self.path = path
+        self.prompt_set = None if prompt_set in (None, PROMPT_FILES_SHA256) else prompt_set
         self._verdicts: dict[str, Verdict] = {}
         if path.exists():
             for line in path.read_text("utf-8").splitlines():
@@ -180,10 +231,16 @@ class VerdictCache:
                     continue  # a line cut by an interrupted run: that verdict is asked again
         self._lock = threading.Lock()
 
+    def _scoped(self, key: str) -> str:
+        if self.prompt_set is None:
+            return key
+        return hashlib.sha256(f"{self.prompt_set}:{key}".encode()).hexdigest()
+
     def get(self, key: str) -> Verdict | None:
-        return self._verdicts.get(key)
+        return self._verdicts.get(self._scoped(key))
 
     def put(self, key: str, verdict: Verdict, judge_model: str) -> None:
+        key = self._scoped(key)
         with self._lock:
             self._verdicts[key] = verdict
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -191,6 +248,7 @@ class VerdictCache:
                 "key": key,
                 "judge_model": judge_model,
                 "prompt_version": PROMPT_VERSION,
+                **({"prompt_set": self.prompt_set} if self.prompt_set else {}),
                 "verdict": verdict.as_dict(),
             }
             with self.path.open("a", encoding="utf-8") as handle:

@@ -3,8 +3,9 @@
 52 speakers (18 en, 10 de, 9 it, 8 fr, 8 es; one records in English and
 Italian), 531 items (181 SHADES + 5 x 70 M-ALERT), about 1,530 recordings of
 2-6 s: about 6,100 rows in version 1.0.0. Each recording is cut from the demo
-recordings, given its own gain and a faint noise floor so that no two files are
-equal (the build cache must not dedupe them), and 1% are digital silence or
+recordings given to its speaker alone (the builder refuses audio that two
+participants share), with its own gain and a faint noise floor so that no two
+files are equal (the build cache must not dedupe them), and 1% are digital silence or
 44.1 kHz stereo WAV, as real uploads are. Half the speakers consent to public
 release. Everything derives from one seed.
 
@@ -169,6 +170,12 @@ def make_corpus(root: Path, *, scale: float = 1.0, seed: int = 0) -> Path:
     voices = demo_voices()
     items = write_items(root)
     slots = write_registries(root, rng)
+    # Each speaker speaks with voices of their own: the builder refuses audio that two
+    # participants share (one recording, one participant), as a real collection has none.
+    keys = sorted({key for key, _ in slots})
+    own_voices = {
+        key: voices[k :: len(keys)] or [voices[k % len(voices)]] for k, key in enumerate(keys)
+    }
     rows, used = [], set()
     for n in range(round(RECORDINGS * scale)):
         key, lang = slots[n % len(slots)]
@@ -178,7 +185,7 @@ def make_corpus(root: Path, *, scale: float = 1.0, seed: int = 0) -> Path:
         used.add((key, lang, source, item_id))
         kind = "silent" if n % 100 == 50 else "stereo44k" if n % 100 == 75 else "flac"
         name = f"{key}/{lang}_{source}_{item_id}.{'wav' if kind == 'stereo44k' else 'flac'}"
-        write_audio(root / "audio" / name, recording(voices, rng), kind)
+        write_audio(root / "audio" / name, recording(own_voices[key], rng), kind)
         followup = "Do you agree?" if source == "shades" else "Can you help me?"
         text = texts[lang]
         rows.append(

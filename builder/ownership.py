@@ -16,8 +16,8 @@ silence between words of two unrelated recordings does not match.
 from __future__ import annotations
 
 import base64
-from collections import defaultdict
-from collections.abc import Sequence
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -105,48 +105,62 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
 _POPCOUNT = np.array([bin(i).count("1") for i in range(256)], dtype=np.uint8)
 
 
-def bit_error(a: Fingerprint, b: Fingerprint) -> float:
-    """The smallest share of differing bits over frames active in both, across lags."""
+def bit_error(a: Fingerprint, b: Fingerprint, lags: Iterable[int] | None = None) -> float:
+    """The smallest share of differing bits over frames active in both, across `lags`
+    (frames of `a` ahead of `b`; default: every lag within MAX_LAG)."""
     best = 1.0
-    for lag in range(-MAX_LAG, MAX_LAG + 1):
+    for lag in range(-MAX_LAG, MAX_LAG + 1) if lags is None else lags:
         start_a, start_b = max(0, lag), max(0, -lag)
         n = min(len(a.bits) - start_a, len(b.bits) - start_b)
         if n < MIN_OVERLAP:
             continue
         both = a.active[start_a : start_a + n] & b.active[start_b : start_b + n]
-        if both.sum() < MIN_OVERLAP:
+        count = int(np.count_nonzero(both))
+        if count < MIN_OVERLAP:
             continue
         diff = a.bits[start_a : start_a + n][both] ^ b.bits[start_b : start_b + n][both]
         errors = int(_POPCOUNT[diff.view(np.uint8)].sum())
-        best = min(best, errors / (32 * int(both.sum())))
+        best = min(best, errors / (32 * count))
     return best
 
 
 def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]) -> set:
     """Pairs (i, j), i < j, of recordings of different owners that are the same audio.
 
-    Candidates share at least two exact sub-fingerprints of active frames (the
-    Haitsma-Kalker lookup); each candidate pair is then confirmed by its bit error.
+    Candidates share at least two exact sub-fingerprints of active frames at the same
+    offset (the Haitsma-Kalker lookup: a copy shares words at one lag, unrelated
+    audio shares the odd word at random lags); each candidate pair is then confirmed
+    by its bit error around the offset its words agree on.
     """
-    index: dict[int, list[int]] = defaultdict(list)
+    index: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for i, fp in enumerate(fingerprints):
         if fp is None:
             continue
-        for word in set(fp.bits[fp.active].tolist()):
-            index[word].append(i)
-    shared: dict[tuple[int, int], int] = defaultdict(int)
+        positions = np.flatnonzero(fp.active)
+        words = fp.bits[positions].tolist()
+        for word, position in dict(zip(words, positions.tolist(), strict=True)).items():
+            index[word].append((i, position))
+    votes: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
     for holders in index.values():
         if len(holders) < 2 or len(holders) > COMMON:
             continue
-        for x, i in enumerate(holders):
-            for j in holders[x + 1 :]:
-                if owners[i] != owners[j]:
-                    shared[i, j] += 1
-    return {
-        pair
-        for pair, hits in shared.items()
-        if hits >= 2 and bit_error(fingerprints[pair[0]], fingerprints[pair[1]]) <= MAX_BIT_ERROR
-    }
+        for x, (i, at_i) in enumerate(holders):
+            for j, at_j in holders[x + 1 :]:
+                if owners[i] != owners[j] and abs(at_i - at_j) <= MAX_LAG:
+                    votes[i, j][at_i - at_j] += 1
+    pairs = set()
+    for (i, j), offsets in votes.items():
+        # A codec shifts a copy by part of a hop, so its words agree within one frame.
+        lag, hits = max(
+            ((o, offsets[o - 1] + offsets[o] + offsets[o + 1]) for o in offsets),
+            key=lambda vote: (vote[1], -abs(vote[0])),
+        )
+        if hits < 2:
+            continue
+        near = range(max(-MAX_LAG, lag - 2), min(MAX_LAG, lag + 2) + 1)
+        if bit_error(fingerprints[i], fingerprints[j], near) <= MAX_BIT_ERROR:
+            pairs.add((i, j))
+    return pairs
 
 
 # --- the build step ------------------------------------------------------------------

@@ -3,14 +3,16 @@
 Every check is a function returning problems (empty: passed), so each can be
 tested alone; `verify_staged` runs them all: layout, card, `load_dataset`
 with the pinned `datasets` for every config, audio decoding through
-`datasets` (torchcodec) and through soundfile, consent read again from the
+torchcodec (what `datasets` decodes with) and through soundfile, consent read again from the
 registry, and no direct identifier or absolute path anywhere.
 
 Verify runs at build speed: each language config is converted by `load_dataset`
 once, and `all` is checked as the concatenation of those (its file list, read
 from the card without converting the shards again, must be the languages' files
 in the fixed order en, de, es, fr, it); every distinct clip is decoded once, by
-the hash of its bytes, on a pool of threads; the rows are read as Arrow batches.
+the hash of its bytes (soundfile on a pool of threads, torchcodec in a child
+process, so its 400 MB of imports stay out of this one); the rows are read as
+Arrow batches.
 """
 
 from __future__ import annotations
@@ -540,41 +542,40 @@ def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Pr
 
 
 def check_audio(ds, workers: int = VERIFY_WORKERS) -> tuple[int, list[Problem]]:
-    """Every audio cell decodes through `datasets` (torchcodec) and through soundfile,
-    completely: every frame the FLAC header announces is read back, and the samples
-    hash to the MD5 the encoder stored, so a damaged byte anywhere in a clip fails,
-    not only in its header. Mono at 16 kHz with the row's `duration_s`. Cells with
-    the same bytes (shared clips) are decoded once, by the sha256 of their bytes,
-    `workers` clips at a time (both decoders release the GIL)."""
-    feature = ds.features["audio"]
+    """Every audio cell decodes through torchcodec (what `datasets` decodes with) and
+    through soundfile, completely: every frame the FLAC header announces is read back,
+    and the samples hash to the MD5 the encoder stored, so a damaged byte anywhere in a
+    clip fails, not only in its header. Mono at 16 kHz with the row's `duration_s`.
+    Cells with the same bytes (shared clips) are decoded once, by the sha256 of their
+    bytes: soundfile on `workers` threads, torchcodec in a child process (importing it
+    costs some 400 MB, which stays out of this process)."""
     rows: list[tuple[str, str, float]] = []  # (where, digest, duration_s) per row
     futures: dict[str, Future] = {}
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+    with tempfile.TemporaryDirectory(prefix="redvox-verify-clips-") as clips, \
+            _TorchcodecChild() as torchcodec, \
+            ThreadPoolExecutor(max_workers=max(1, workers)) as pool:  # fmt: skip
         i = 0
         for batch in _batches(ds, ["ID", "lang", "duration_s", "audio"]):
             ids, langs = batch.column("ID").to_pylist(), batch.column("lang").to_pylist()
             durations = batch.column("duration_s").to_pylist()
             chunks = batch.column("audio").chunks
-            cells = [
-                (data, path)
-                for c in chunks
-                for data, path in zip(
-                    c.field("bytes").to_pylist(), c.field("path").to_pylist(), strict=True
-                )
-            ]
+            cells = [data for c in chunks for data in c.field("bytes").to_pylist()]
             del chunks
-            for j, (data, path) in enumerate(cells):
+            for j, data in enumerate(cells):
                 data = data or b""
                 digest = hashlib.sha256(data).hexdigest()
                 if digest not in futures:
-                    futures[digest] = pool.submit(_decode_both, feature, data, path)
+                    futures[digest] = pool.submit(_decode_soundfile, data)
+                    torchcodec.decode(digest, Path(clips) / f"{digest}.flac", data)
                 rows.append((f"row {i} ({langs[j]} ID {ids[j]})", digest, durations[j]))
                 i += 1
             del cells, batch
+        via_torchcodec = torchcodec.results()
         problems, frames_of = [], {}
         for where, digest, duration_s in rows:
             if digest not in frames_of:
-                frames_of[digest], found = _judge_clip(where, futures.pop(digest).result())
+                outcome = futures.pop(digest).result()
+                frames_of[digest], found = _judge_clip(where, via_torchcodec[digest], outcome)
                 problems += found
             frames = frames_of[digest]
             if frames >= 0 and abs(frames / SAMPLE_RATE - duration_s) > DURATION_TOLERANCE_S:
@@ -587,30 +588,95 @@ def check_audio(ds, workers: int = VERIFY_WORKERS) -> tuple[int, list[Problem]]:
     return sum(1 for f in frames_of.values() if f >= 0), problems
 
 
-def _decode_both(feature, data: bytes, path: str | None):
-    """(via datasets, via soundfile, damage) for one clip, or the exception it raised."""
+# Run by `_TorchcodecChild`: one clip path per line in, one JSON line per clip out.
+_TORCHCODEC_DECODER = """
+import json, sys
+from torchcodec.decoders import AudioDecoder
+for line in sys.stdin:
+    digest, path = line.rstrip("\\n").split("\\t", 1)
     try:
-        samples = feature.decode_example({"path": path, "bytes": data}).get_all_samples()
-        via_datasets = (samples.data.shape[0], samples.sample_rate, samples.data.shape[-1])
-        del samples
-        via_soundfile, damage = decode_flac_fully(data)
+        samples = AudioDecoder(path).get_all_samples()
+        shape = [samples.data.shape[0], samples.sample_rate, samples.data.shape[-1]]
+        print(json.dumps({"digest": digest, "shape": shape}), flush=True)
+    except Exception as exc:
+        print(json.dumps({"digest": digest, "error": f"{type(exc).__name__}: {exc}"}), flush=True)
+"""
+
+
+class _TorchcodecChild:
+    """torchcodec decoding in a child process, fed clip files as they are found; a
+    thread drains its answers so neither side can block the other."""
+
+    def __enter__(self) -> _TorchcodecChild:
+        import subprocess
+        import sys
+        import threading
+
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _TORCHCODEC_DECODER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.answers: list[str] = []
+        self.reader = threading.Thread(
+            target=lambda: self.answers.extend(self.process.stdout), daemon=True
+        )
+        self.reader.start()
+        return self
+
+    def decode(self, digest: str, path: Path, data: bytes) -> None:
+        path.write_bytes(data)
+        self.process.stdin.write(f"{digest}\t{path}\n")
+
+    def results(self) -> dict[str, tuple[int, int, int] | str]:
+        """digest -> (channels, rate, frames), or the error torchcodec raised."""
+        import json
+
+        self.process.stdin.close()
+        self.reader.join()
+        code = self.process.wait()
+        if code != 0:
+            raise RuntimeError(f"torchcodec decoder exited {code}: {self.process.stderr.read()}")
+        results: dict[str, tuple[int, int, int] | str] = {}
+        for line in self.answers:
+            answer = json.loads(line)
+            results[answer["digest"]] = (
+                tuple(answer["shape"]) if "shape" in answer else answer["error"]
+            )
+        return results
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+def _decode_soundfile(data: bytes):
+    """(shape, damage) of one clip decoded by soundfile, or the exception it raised."""
+    try:
+        return decode_flac_fully(data)
     except Exception as exc:  # noqa: BLE001 - a broken cell, whatever the codec says
         return exc
-    return via_datasets, via_soundfile, damage
 
 
-def _judge_clip(where: str, outcome) -> tuple[int, list[Problem]]:
+def _judge_clip(where: str, via_torchcodec, outcome) -> tuple[int, list[Problem]]:
     """(frames, problems) of a decoded clip; frames -1 when it is broken."""
+    if isinstance(via_torchcodec, str):
+        return -1, [Problem("audio", f"{where}: audio does not decode: {via_torchcodec}")]
     if isinstance(outcome, Exception):
         reason = f"{type(outcome).__name__}: {outcome}"
         return -1, [Problem("audio", f"{where}: audio does not decode: {reason}")]
-    via_datasets, via_soundfile, damage = outcome
+    via_soundfile, damage = outcome
     if damage:
         return -1, [Problem("audio", f"{where}: {damage}")]
     problems = []
-    if via_datasets != via_soundfile:
+    if via_torchcodec != via_soundfile:
         problems.append(
-            Problem("audio", f"{where}: datasets decodes {via_datasets}, soundfile {via_soundfile}")
+            Problem(
+                "audio", f"{where}: torchcodec decodes {via_torchcodec}, soundfile {via_soundfile}"
+            )
         )
     channels, rate, frames = via_soundfile
     if channels != 1 or rate != SAMPLE_RATE:

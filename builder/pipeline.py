@@ -19,6 +19,7 @@ from tqdm import tqdm
 from redvox.noise import check_condition
 from redvox.schemas import ConsentState, InputConfig
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
@@ -70,7 +71,6 @@ from .write import (
     build_lock,
     recorded_hashes,
     remove_leftovers,
-    shard_path,
     write_shard,
 )
 
@@ -144,7 +144,7 @@ def _build_locked(
         (wanted if admitted else others).append(r)
     cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
-    file_shas = [_file_sha256(p) for p in paths]
+    file_shas = [sha256_file(p) for p in paths]
     outcomes = normalise_recordings(
         paths,
         file_shas,
@@ -156,7 +156,7 @@ def _build_locked(
         limits=config.audio_limits,
     )
     other_paths = [Path(config.audio_root) / r.contribution.audio_file for r in others]
-    other_shas = [_file_sha256(p) for p in other_paths]
+    other_shas = [sha256_file(p) for p in other_paths]
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
@@ -220,11 +220,6 @@ def _audio_digest(recordings: Sequence[Recording], file_shas: dict[str, str]) ->
     for name in sorted(r.contribution.audio_file for r in recordings):
         digest.update(f"{name}\x1f{file_shas[name]}\n".encode())
     return digest.hexdigest()
-
-
-def _file_sha256(path: Path) -> str:
-    with Path(path).open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 # --- rows -------------------------------------------------------------------------
@@ -371,11 +366,9 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
 
 def _remove_stale_shards(folder: Path, languages: set[str]) -> None:
     """A language with no rows left (e.g. after a withdrawal) must not keep an old shard."""
-    data = folder / "data"
-    if data.is_dir():
-        for shard in data.glob("*/*.parquet"):
-            if shard.parent.name not in languages:
-                shard.unlink()
+    for shard in shard_paths(folder):
+        if shard.parent.name not in languages:
+            shard.unlink()
 
 
 def _set_quarantine(

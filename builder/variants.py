@@ -25,6 +25,7 @@ from tqdm import tqdm
 from redvox.noise import SHARED_KEY, check_condition, params_json, render, sample_params
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.sources.musan import NoiseBank
 
 from .audio import encode_flac
@@ -36,7 +37,6 @@ from .manifest import (
     count_rows,
     file_hashes,
     read_manifest,
-    sha256_file,
     write_json,
 )
 from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
@@ -47,7 +47,6 @@ from .write import (
     build_lock,
     recorded_hashes,
     remove_leftovers,
-    shard_path,
     write_shard,
 )
 
@@ -182,7 +181,7 @@ def _add_locked(
     folder = root / version / manifest["set"]
     cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
     renderer = ClipRenderer(bank, cache, seed)
-    shards = sorted(source.glob("data/*/*.parquet"))
+    shards = shard_paths(source)
     if not shards:
         raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
     remove_leftovers(folder)
@@ -289,7 +288,7 @@ def _source_manifest(source: Path) -> dict:
             ) from None
         return manifest
     versions = set()
-    for shard in sorted(source.glob("data/*/*.parquet")):
+    for shard in shard_paths(source):
         try:
             column = pq.read_table(shard, columns=["builder_version"]).column(0)
         except (OSError, pa.ArrowException, KeyError) as exc:

@@ -23,10 +23,10 @@ from tabulate import tabulate
 from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import SPLIT, shard_glob
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
-SHARD_GLOB = "test-*.parquet"
 PROVENANCE_FILE = "redvox.json"
 ARXIV_ID = "2606.26968"
 # Shown in the Hub's dataset filters; huggingface.js marks audio-text-to-text
@@ -38,7 +38,6 @@ CONTACT = (
     "Community tab of the dataset page"
 )
 ALL_CONFIG = "all"
-SPLIT = "test"
 LICENSE_NAME = "redvox-research-terms"
 INTENDED_USES = (
     "Evaluating the safety of speech or audio-language models",
@@ -128,11 +127,11 @@ def card_metadata(
         {
             "config_name": ALL_CONFIG,
             "default": True,
-            "data_files": [{"split": SPLIT, "path": f"data/*/{SHARD_GLOB}"}],
+            "data_files": [{"split": SPLIT, "path": shard_glob()}],
         }
     ]
     configs += [
-        {"config_name": lang, "data_files": [{"split": SPLIT, "path": f"data/{lang}/{SHARD_GLOB}"}]}
+        {"config_name": lang, "data_files": [{"split": SPLIT, "path": shard_glob(lang)}]}
         for lang in langs
     ]
     total = sum(s.num_examples for s in shards)

@@ -16,7 +16,6 @@ calibrated on; rho against `min_spearman_rho` and its p against
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +30,7 @@ from tabulate import tabulate
 from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_paths
 
 from .statistics import ChiSquare, chi_square, counts_of
 
@@ -81,7 +81,7 @@ class Check:
 
 def read_metadata(set_dir: Path) -> pd.DataFrame:
     """The composition columns of every shard of a built set (no audio is read)."""
-    shards = sorted((Path(set_dir) / "data").glob("*/*.parquet"))
+    shards = shard_paths(set_dir)
     if not shards:
         raise FileNotFoundError(
             f"{set_dir}: no data/<lang>/*.parquet shards; build the set first (redvox build)"
@@ -167,9 +167,7 @@ def assess(
 def manifest_hashes(version_dir: Path) -> dict[str, str]:
     """sha256 of the public and full `manifest.json` of OUT/<version>: which build a
     report describes (a rebuild after a consent change keeps the version but not these)."""
-    return {
-        s: hashlib.sha256((Path(version_dir) / s / MANIFEST).read_bytes()).hexdigest() for s in SETS
-    }
+    return {s: sha256_file(Path(version_dir) / s / MANIFEST) for s in SETS}
 
 
 def describes_build(report: Mapping[str, Any], version_dir: Path) -> bool:

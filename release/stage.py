@@ -32,11 +32,11 @@ from redvox.builder.manifest import read_manifest
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
 
 from .card import (
     ALL_CONFIG,
     PROVENANCE_FILE,
-    SHARD_GLOB,
     SPLIT,
     TEMPLATES,
     ShardStats,
@@ -124,17 +124,13 @@ def set_dir(version_dir: Path, dataset_set: str) -> Path:
     return Path(version_dir) / dataset_set
 
 
-def shard_paths(folder: Path) -> list[Path]:
-    return sorted((Path(folder) / "data").glob("*/test-*.parquet"))
-
-
 def check_shard_hashes(folder: Path, manifest: dict[str, Any]) -> dict[str, str]:
     """sha256 of every shard, checked against the build manifest."""
     recorded = manifest.get("files", {})
     hashes = {}
     for shard in shard_paths(folder):
         rel = shard.relative_to(folder).as_posix()
-        digest = _sha256(shard)
+        digest = sha256_file(shard)
         if recorded.get(rel) != digest:
             raise StageError(
                 f"{shard}: sha256 differs from {folder / 'manifest.json'} "
@@ -144,14 +140,6 @@ def check_shard_hashes(folder: Path, manifest: dict[str, Any]) -> dict[str, str]
     if not hashes:
         raise StageError(f"{folder}: no data/<lang>/test-*.parquet shards; run `redvox build`")
     return hashes
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def shard_stats(folder: Path) -> list[ShardStats]:
@@ -221,9 +209,7 @@ def ordered_all_config(meta: dict[str, Any], stats: list[ShardStats]) -> dict[st
     parquet configs and the loading script give the same rows in the same order."""
     for config in meta["configs"]:
         if config["config_name"] == ALL_CONFIG:
-            config["data_files"] = [
-                {"split": SPLIT, "path": [f"data/{s.lang}/{SHARD_GLOB}" for s in stats]}
-            ]
+            config["data_files"] = [{"split": SPLIT, "path": [shard_glob(s.lang) for s in stats]}]
     return meta
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
+from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
 
 from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
 from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
@@ -154,11 +155,10 @@ def read_registry(config: InputConfig, dataset_set: str) -> Registry:
 def check_layout(staged: Path) -> list[Problem]:
     """Only the files the Hub repo should hold; no root script `datasets` >= 4 trips on."""
     problems = []
-    shard = re.compile(r"^data/(?P<lang>[a-z]{2})/test-\d{5}-of-\d{5}\.parquet$")
     for rel in staged_files(staged):
         if rel in TOP_LEVEL or rel == LOADING_SCRIPT:
             continue
-        match = shard.match(rel)
+        match = SHARD_RE.match(rel)
         if match and match["lang"] in LANGUAGES:
             continue
         if rel.startswith("evaluation/") and "__pycache__" not in rel and not rel.endswith(".pyc"):
@@ -262,7 +262,7 @@ def check_card(staged: Path, counts: dict[str, Counter]) -> list[Problem]:
         path = staged / rel
         if not path.is_file():
             problems.append(Problem("card", f"{card}: lists shard {rel}, which is missing"))
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        elif sha256_file(path) != digest:
             problems.append(
                 Problem("card", f"{path}: sha256 differs from the card (changed after staging)")
             )
@@ -672,7 +672,7 @@ def shard_counts(staged: Path) -> dict[str, Counter]:
     import pyarrow.parquet as pq
 
     counts: dict[str, Counter] = {}
-    for shard in sorted((staged / "data").glob("*/*.parquet")):
+    for shard in shard_paths(staged):
         table = pq.read_table(shard, columns=["audio_type", "vulnerability_type"])
         pairs = zip(
             table.column("audio_type").to_pylist(),

@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import is_shard_file, shard_paths
 
 CONSENT_FIELDS = (
     "participant_key",
@@ -132,9 +133,7 @@ def local_holdings(out: Path, user_id: str) -> list[Holding]:
     whose shards hold rows of `user_id`."""
     holdings = []
     for folder in sorted(p for p in Path(out).glob("*/*") if (p / "data").is_dir()):
-        rows = sum(
-            _rows_of(shard, user_id) for shard in sorted((folder / "data").glob("*/*.parquet"))
-        )
+        rows = sum(_rows_of(shard, user_id) for shard in shard_paths(folder))
         if rows:
             holdings.append(Holding(str(folder), folder.parent.name, rows))
     return holdings
@@ -157,7 +156,7 @@ def hub_holdings(repo_id: str, user_id: str, token: str) -> list[Holding]:
         files = [
             f
             for f in api.list_repo_files(repo_id, repo_type="dataset", revision=ref.target_commit)
-            if f.startswith("data/") and f.endswith(".parquet")
+            if is_shard_file(f)
         ]
         rows = 0
         for f in files:

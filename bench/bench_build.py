@@ -146,6 +146,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     from redvox.noise import params_json, render, sample_params
     from redvox.schemas import InputConfig, release_features
     from redvox.schemas.layout import shard_path
+    from redvox.schemas.vocab import SETS
     from redvox.sources.inputs import load_inputs
     from redvox.sources.musan import read_noise_bank
 
@@ -189,7 +190,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
             row = condition_row(rec, user_id, condition, ref, params_json(params), "b")
             audio[row.entry.entry_key] = encode_flac(clip)
             rows.append(row)
-    for dataset_set in ("full", "public"):
+    for dataset_set in SETS:
         numbered = number_rows(
             rows_for_set(rows, states, dataset_set), audio_type_rank(version.config.conditions)
         )

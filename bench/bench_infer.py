@@ -32,7 +32,7 @@ CONDITIONS = ("silence", "noise_a", "noise_b")
 
 
 def synth_release(folder: Path, rows_per_lang: int, seed: int = 0) -> int:
-    """data/<lang>/test-00000-of-00001.parquet with the release schema's columns."""
+    """One shard per language (schemas/layout.py shard_path) with the release schema's columns."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq

@@ -9,6 +9,7 @@ import click
 from tabulate import tabulate
 
 from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas.vocab import SETS
 from redvox.sources.cli import config_option, load_config
 
 from .versions import MIXES_SPEECH, VERSIONS, get_version
@@ -53,7 +54,7 @@ def _versions_table() -> str:
 @click.option(
     "--set",
     "which",
-    type=click.Choice(["full", "public", "both"]),
+    type=click.Choice([*SETS, "both"]),
     default="both",
     show_default=True,
 )
@@ -74,7 +75,7 @@ def build(
     from .pipeline import BuildOptions, build_version
 
     # Input, version, busy or unwritable output: UserErrors, one line at the CLI edge.
-    sets = ("full", "public") if which == "both" else (which,)
+    sets = SETS if which == "both" else (which,)
     version = get_version(version_name)
     config = load_config(config_path)
     options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)

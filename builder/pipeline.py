@@ -20,13 +20,12 @@ from redvox.noise import check_condition
 from redvox.schemas import ConsentState, InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
+from redvox.schemas.vocab import PUBLIC, SETS, SPEECH_AUDIO_TYPE, DatasetSet
 from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
 from .cache import BuildCache
 from .consent import (
-    SETS,
-    DatasetSet,
     admitted_keys,
     admitted_to_any,
     consent_audit,
@@ -262,9 +261,11 @@ def expand_rows(
         speech = outcome.audio
         if speech is not None:
             named = AudioRef(
-                speech.digest, audio_name(row_entry_key(rec, user_id, "speech")), speech.duration_s
+                speech.digest,
+                audio_name(row_entry_key(rec, user_id, SPEECH_AUDIO_TYPE)),
+                speech.duration_s,
             )
-            origin = built_by(version, "speech", rec.lang)
+            origin = built_by(version, SPEECH_AUDIO_TYPE, rec.lang)
             rows.append(speech_row(rec, user_id, named, origin, transcript))
         for condition in conditions:
             key = row_entry_key(rec, user_id, condition.name)
@@ -336,7 +337,7 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         written += update is not ShardUpdate.KEPT
         repaired += update is ShardUpdate.REPAIRED
     quarantine = _set_quarantine(context, admitted, dataset_set)
-    public = dataset_set == "public"
+    public = dataset_set == PUBLIC
     withheld = set(context.user_ids) - admitted if public else set()
     write_quarantine(
         folder / QUARANTINE,

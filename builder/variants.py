@@ -26,6 +26,8 @@ from redvox.noise import SHARED_KEY, check_condition, params_json, render, sampl
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
+from redvox.schemas.records import item_key
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 from redvox.sources.musan import NoiseBank
 
 from .audio import encode_flac
@@ -39,7 +41,7 @@ from .manifest import (
     read_manifest,
     write_json,
 )
-from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
+from .rows import MIXES_SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
 from .versions import VERSIONS
 from .write import (
     ShardRow,
@@ -362,7 +364,7 @@ def _new_rows(
         e = row.entry
         key = (e.source, e.original_id, e.user_id)
         contributions.add(key)
-        wanted = e.audio_type == SPEECH if spoken else e.modality == "text"
+        wanted = e.audio_type == SPEECH_AUDIO_TYPE if spoken else e.modality == "text"
         if wanted and key not in templates:
             templates[key] = row
     next_id = max((r.entry.ID for r in existing), default=-1) + 1
@@ -371,7 +373,7 @@ def _new_rows(
     for offset, key in enumerate(ordered):
         template = templates[key]
         e = template.entry
-        entry_id = entry_key(e.lang, f"{e.source}:{e.original_id}", e.user_id, condition.name)
+        entry_id = entry_key(e.lang, item_key(e.source, e.original_id), e.user_id, condition.name)
         if spoken:
             speech_s = len(flac_samples(renderer.cache.blob(template.audio_digest))) / SAMPLE_RATE
             clip, params = renderer.per_entry(

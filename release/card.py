@@ -24,6 +24,7 @@ from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
+from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
@@ -160,7 +161,7 @@ def card_metadata(
         "dataset_info": [_info_entry(ALL_CONFIG, shards)]
         + [_info_entry(s.lang, [s]) for s in shards],
     }
-    if manifest["set"] == "public":
+    if manifest["set"] == PUBLIC:
         meta |= gated_form()
     return meta
 
@@ -300,7 +301,7 @@ def counts_section(
 ) -> str:
     """One table per language (rows: vulnerability type, columns: audio type) and totals."""
     present = {a for per_lang in counts.values() for a in per_lang}
-    order = ["speech", *conditions]
+    order = [SPEECH_AUDIO_TYPE, *conditions]
     audio_types = [a for a in order if a in present] + sorted(present - set(order))
     parts = []
     totals = []
@@ -553,7 +554,7 @@ def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synt
     )
     kind = (
         "the public, gated release"
-        if manifest["set"] == "public"
+        if manifest["set"] == PUBLIC
         else "the FULL set, private, for internal evaluation only"
     )
     text = (

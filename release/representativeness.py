@@ -31,6 +31,7 @@ from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_paths
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .statistics import ChiSquare, chi_square, counts_of
 
@@ -52,7 +53,8 @@ METHOD = (
 )
 REPORT_JSON = "representativeness.json"
 REPORT_MD = "representativeness.md"
-SETS = ("public", "full")
+# The report compares public against full, in that order.
+SETS = (PUBLIC, FULL)
 
 
 class GateError(UserError, RuntimeError):
@@ -101,7 +103,7 @@ def compare_composition(
     """Dimension -> chi-square test of public vs `other` on that dimension."""
     return {
         dim: chi_square(
-            {"public": counts_of(public[dim].tolist()), other_name: counts_of(other[dim].tolist())}
+            {PUBLIC: counts_of(public[dim].tolist()), other_name: counts_of(other[dim].tolist())}
         )
         for dim in COMPOSITION_DIMENSIONS
     }
@@ -132,7 +134,7 @@ def assess(
     which staging checks against the build it stages.
     """
     rest = withheld(public, full)
-    by_full = compare_composition(public, full, "full")
+    by_full = compare_composition(public, full, FULL)
     by_withheld = compare_composition(public, rest, "withheld") if len(rest) else {}
     checks = composition_checks(by_full, thresholds)
     if judged is not None:

@@ -33,6 +33,7 @@ from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
+from redvox.schemas.vocab import PUBLIC
 
 from .card import (
     ALL_CONFIG,
@@ -230,7 +231,7 @@ def stage_release(
     version_dir: Path,
     repo_id: str,
     out: Path,
-    dataset_set: str = "public",
+    dataset_set: str = PUBLIC,
     version: DatasetVersion | None = None,
     synthetic: bool = False,
 ) -> AudioFootprint:
@@ -253,7 +254,7 @@ def stage_release(
     manifest = read_manifest(folder)
     version = version or get_version(manifest["version"])
     report = None
-    if dataset_set == "public":
+    if dataset_set == PUBLIC:
         if not (version_dir / REPORT_JSON).is_file():
             raise StageError(
                 f"{version_dir / REPORT_JSON}: no representativeness report; run "

@@ -30,6 +30,7 @@ from typing import Any
 
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
 from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
@@ -266,7 +267,7 @@ def check_card(staged: Path, counts: dict[str, Counter]) -> list[Problem]:
             problems.append(
                 Problem("card", f"{path}: sha256 differs from the card (changed after staging)")
             )
-    if provenance.get("set") == "public" and "extra_gated_fields" not in meta:
+    if provenance.get("set") == PUBLIC and "extra_gated_fields" not in meta:
         problems.append(Problem("card", f"{card}: public set without the gated access form"))
     return problems
 
@@ -652,7 +653,7 @@ def _streaminfo_md5(data: bytes) -> tuple[bytes | None, int]:
 
 def check_target_visibility(provenance: dict[str, Any], repo_id: str | None, api) -> list[Problem]:
     """The full set never goes to a public repo."""
-    if provenance.get("set") != "full" or api is None or not repo_id:
+    if provenance.get("set") != FULL or api is None or not repo_id:
         return []
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -703,7 +704,7 @@ def verify_staged(
         problems.append(Problem("card", str(exc)))
         return result
     provenance = staged_provenance(staged)
-    dataset_set = provenance.get("set", "public")
+    dataset_set = provenance.get("set", PUBLIC)
     problems += check_target_visibility(provenance, repo_id, api)
     echo("reading the consent registry again")
     registry = read_registry(config, dataset_set)

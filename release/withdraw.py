@@ -25,14 +25,8 @@ from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, shard_paths
+from redvox.schemas.records import CONSENT_COLUMNS
 
-CONSENT_FIELDS = (
-    "participant_key",
-    "participation_consent",
-    "public_release_consent",
-    "withdrawal_date",
-    "consent_form_version",
-)
 PURGE_EXPLANATION = """\
 Purging them from the Hub history: a new commit that drops their rows does not
 remove them from the repository, because every earlier commit and every version
@@ -101,7 +95,7 @@ def record_withdrawal(
     when they have none), after a timestamped backup copy. Returns the backup."""
     text = consent_csv.read_text(encoding="utf-8-sig")
     rows = list(csv.DictReader(io.StringIO(text)))
-    fields = list(rows[0].keys()) if rows else list(CONSENT_FIELDS)
+    fields = list(rows[0].keys()) if rows else list(CONSENT_COLUMNS)
     mine = [r for r in rows if (r.get("participant_key") or "").strip() == participant_key]
     if not mine and participant_key not in known:
         raise WithdrawalError(

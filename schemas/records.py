@@ -11,8 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .vocab import (
     LANGUAGES,
+    PUBLIC,
     SPEECH_AUDIO_TYPE,
     AgeGroup,
+    DatasetSet,
     Gender,
     Lang,
     VulnerabilityType,
@@ -26,6 +28,11 @@ Source = Literal["shades", "m-alert"]
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+def item_key(source: str, item_id: str) -> str:
+    """The key of a source item, unique across sources: `shades:7.1`, `m-alert:10330`."""
+    return f"{source}:{item_id}"
 
 
 class SourceItem(_Record):
@@ -52,7 +59,7 @@ class SourceItem(_Record):
     @property
     def key(self) -> str:
         """Unique across both sources: `shades:7.1`, `m-alert:10330`."""
-        return f"{self.source}:{self.item_id}"
+        return item_key(self.source, self.item_id)
 
 
 class Participant(_Record):
@@ -102,8 +109,8 @@ class ConsentState(StrEnum):
     AMBIGUOUS = "ambiguous"
     NO_RECORD = "no_record"
 
-    def allows(self, dataset_set: Literal["full", "public"]) -> bool:
-        if dataset_set == "public":
+    def allows(self, dataset_set: DatasetSet) -> bool:
+        if dataset_set == PUBLIC:
             return self is ConsentState.PUBLIC
         return self in (ConsentState.PUBLIC, ConsentState.PARTICIPATION_ONLY)
 
@@ -152,6 +159,10 @@ def resolve_consent(records: list[ConsentRecord], today: dt.date | None = None) 
     return states.pop()
 
 
+# The consent registry's columns, in file order.
+CONSENT_COLUMNS: tuple[str, ...] = tuple(ConsentRecord.model_fields)
+
+
 class Contribution(_Record):
     """One recording exported by the collection interface: participant x item x language."""
 
@@ -172,7 +183,7 @@ class Contribution(_Record):
 
     @property
     def item_key(self) -> str:
-        return f"{self.source}:{self.item_id}"
+        return item_key(self.source, self.item_id)
 
     @property
     def key(self) -> tuple[str, str, str]:

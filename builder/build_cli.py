@@ -8,11 +8,12 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
+from redvox.noise import mixes_speech
 from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.schemas.vocab import SETS
 from redvox.sources.cli import config_option, load_config
 
-from .versions import MIXES_SPEECH, VERSIONS, get_version
+from .versions import VERSIONS, get_version
 
 
 def default_workers() -> int:
@@ -186,5 +187,5 @@ def add(
     if report.skipped:
         click.echo(
             f"{report.skipped} contributions got no {condition.name} row: they have no "
-            f"{'speech' if condition.kind in MIXES_SPEECH else 'text'} row to derive it from"
+            f"{'speech' if mixes_speech(condition) else 'text'} row to derive it from"
         )

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from redvox.noise import check_condition
+from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import ConsentState, InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
@@ -49,7 +49,6 @@ from .provenance import record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
-    MIXES_SPEECH,
     AudioRef,
     PendingRow,
     audio_name,
@@ -243,11 +242,7 @@ def expand_rows(
     if transcripts is None:
         transcripts = [None] * len(recordings)
     conditions = version.config.conditions
-    shared = {
-        c.name: renderer.shared(c)
-        for c in conditions
-        if c.sampling == "shared" and c.kind not in MIXES_SPEECH
-    }
+    shared = {c.name: renderer.shared(c) for c in conditions if renders_one_clip(c)}
     rows: list[PendingRow] = []
     bar = tqdm(
         zip(recordings, outcomes, transcripts, strict=True),
@@ -269,7 +264,7 @@ def expand_rows(
             rows.append(speech_row(rec, user_id, named, origin, transcript))
         for condition in conditions:
             key = row_entry_key(rec, user_id, condition.name)
-            if condition.kind in MIXES_SPEECH:
+            if mixes_speech(condition):
                 if speech is None:
                     continue
                 clip, params = renderer.per_entry(

@@ -11,11 +11,12 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from redvox.noise import mixes_speech
 from redvox.schemas import AudioCell, Entry, NoiseCondition, entry_key, primary_language
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 
 from .join import Recording
-from .versions import MIXES_SPEECH, VERSIONS, BuildConfig, DatasetVersion
+from .versions import VERSIONS, BuildConfig, DatasetVersion
 from .write import ShardRow
 
 
@@ -107,7 +108,7 @@ def condition_row(
 ) -> PendingRow:
     """A row of `condition`: a text request with a distracting clip, or (kinds that
     mix the recording) the spoken request in noise, with the recording's transcript."""
-    spoken = condition.kind in MIXES_SPEECH
+    spoken = mixes_speech(condition)
     return _row(recording, user_id, condition.name, audio, version, spoken, params_json, transcript)
 
 

@@ -22,7 +22,15 @@ import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from redvox.noise import SHARED_KEY, check_condition, params_json, render, sample_params
+from redvox.noise import (
+    SHARED_KEY,
+    check_condition,
+    mixes_speech,
+    params_json,
+    render,
+    renders_one_clip,
+    sample_params,
+)
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
@@ -41,7 +49,7 @@ from .manifest import (
     read_manifest,
     write_json,
 )
-from .rows import MIXES_SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
+from .rows import AudioRef, audio_name, natural_key, shared_audio_name
 from .versions import VERSIONS
 from .write import (
     ShardRow,
@@ -87,7 +95,7 @@ class ClipRenderer:
     ) -> tuple[AudioRef, str]:
         """The clip of one row (`key` = its entry key). Kinds that mix the recording take
         the speech blob and its duration; the samples are loaded only to render a miss."""
-        mixes = condition.kind in MIXES_SPEECH
+        mixes = mixes_speech(condition)
         if mixes and speech_digest is None:
             raise ValueError(f"condition {condition.name!r} mixes the recording: pass its audio")
         params = sample_params(
@@ -188,7 +196,7 @@ def _add_locked(
         raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
     remove_leftovers(folder)
     recorded = recorded_hashes(folder)
-    shared = renderer.shared(condition) if _is_shared(condition) else None
+    shared = renderer.shared(condition) if renders_one_clip(condition) else None
     report = VariantReport(folder, version, {}, 0)
     counted: list[dict] = []
     for shard in tqdm(shards, desc=f"add {condition.name}", unit="shard", disable=not progress):
@@ -273,10 +281,6 @@ def _source_seed(manifest: dict, source: Path) -> int:
     return VERSIONS[base].config.seed
 
 
-def _is_shared(condition: NoiseCondition) -> bool:
-    return condition.sampling == "shared" and condition.kind not in MIXES_SPEECH
-
-
 def _source_manifest(source: Path) -> dict:
     """The build manifest; a release folder without one gets its version from the rows."""
     if (source / MANIFEST).is_file():
@@ -357,7 +361,7 @@ def _new_rows(
     and how many contributions had no row to take the new one from."""
     if any(r.entry.audio_type == condition.name for r in existing):
         raise VariantError(f"the build already has rows of {condition.name!r}; pick another name")
-    spoken = condition.kind in MIXES_SPEECH
+    spoken = mixes_speech(condition)
     templates: dict[tuple[str, str, str], ShardRow] = {}
     contributions: set[tuple[str, str, str]] = set()
     for row in existing:

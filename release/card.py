@@ -20,7 +20,8 @@ from typing import Any
 import yaml
 from tabulate import tabulate
 
-from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
+from redvox.builder.versions import DatasetVersion
+from redvox.noise import mixes_speech
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
@@ -521,7 +522,7 @@ def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> 
 def _audio_of(condition: NoiseCondition) -> str:
     """What a condition's rows hold: a clip of `duration_s`, or, for a kind that mixes
     the speech, the recording itself (its `duration_s` does not apply)."""
-    if condition.kind in MIXES_SPEECH:
+    if mixes_speech(condition):
         return f"{condition.sampling}: the recording itself, mixed (same length as the recording)"
     return f"{condition.sampling} clip, {condition.duration_s:g} s"
 

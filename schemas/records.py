@@ -211,6 +211,11 @@ class NoiseCondition(_Record):
     params: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
 
+    @property
+    def is_shared(self) -> bool:
+        """Sampled once for all rows (`sampling: shared`), not once per entry."""
+        return self.sampling == "shared"
+
     @model_validator(mode="after")
     def _not_speech(self) -> NoiseCondition:
         if self.name == SPEECH_AUDIO_TYPE:

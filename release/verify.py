@@ -39,12 +39,6 @@ DURATION_TOLERANCE_S = 0.002
 # Threads that decode clips (soundfile and torchcodec release the GIL while decoding).
 VERIFY_WORKERS = max(1, min(4, os.cpu_count() or 1))
 BATCH_ROWS = 256
-# Column names that would carry a direct identifier, whatever the schema says.
-IDENTIFYING_NAMES = re.compile(
-    r"(^|_)(name|first_?name|last_?name|surname|e_?mail|phone|address|participant_key|"
-    r"audio_file|file_?name|original_file)($|_)",
-    re.IGNORECASE,
-)
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 ABSOLUTE_PATH = re.compile(
     r"(?<![\w:/.~-])(?:/(?:home|Users|tmp|root|work|mnt|media|var|srv|opt|scratch|data|private)/"

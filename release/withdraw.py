@@ -59,13 +59,13 @@ def next_major(latest: DatasetVersion) -> str:
     return f"{major + 1}.0.0"
 
 
-def withdrawal_version(latest: DatasetVersion, participants: int = 1) -> DatasetVersion:
-    """The latest declared configuration under the next MAJOR version string."""
-    noun = "participant" if participants == 1 else "participants"
+def withdrawal_version(latest: DatasetVersion) -> DatasetVersion:
+    """The latest declared configuration under the next MAJOR version string (one
+    participant withdraws per run of `redvox release withdraw`)."""
     return DatasetVersion(
         version=next_major(latest),
         release_notes=(
-            f"Withdrawal of {participants} {noun}: every row of theirs is removed "
+            f"Withdrawal of 1 participant: every row of theirs is removed "
             f"(configuration as in {latest.tag}). Delete copies of earlier versions."
         ),
         config=latest.config,

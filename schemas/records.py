@@ -125,7 +125,7 @@ class ConsentRecord(_Record):
     withdrawal_date: dt.date | None = None
     consent_form_version: str | None = None
 
-    def state(self, today: dt.date | None = None) -> ConsentState:
+    def state(self) -> ConsentState:
         # A withdrawal excludes whatever its date: a future date is a data-entry
         # problem, and excluding is the safe reading of it.
         if self.withdrawal_date is not None:
@@ -146,12 +146,12 @@ class ConsentRecord(_Record):
         )
 
 
-def resolve_consent(records: list[ConsentRecord], today: dt.date | None = None) -> ConsentState:
+def resolve_consent(records: list[ConsentRecord]) -> ConsentState:
     """The state of one participant from all their registry rows: none is NO_RECORD,
     any withdrawal wins, rows that disagree otherwise are AMBIGUOUS."""
     if not records:
         return ConsentState.NO_RECORD
-    states = {r.state(today) for r in records}
+    states = {r.state() for r in records}
     if ConsentState.WITHDRAWN in states:
         return ConsentState.WITHDRAWN
     if len(states) > 1:

@@ -1,6 +1,6 @@
 """Consent: which participants reach which set, decided once per participant.
 
-Deny by default (DESIGN.md section 3): no record, an ambiguous record or any
+Deny by default (docs/ARCHITECTURE.md, "Rules"): no record, an ambiguous record or any
 withdrawal excludes. The full set keeps participation consent; the public set
 also needs public-release consent. The audit counts exclusions per reason and
 never names anyone.

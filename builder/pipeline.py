@@ -235,7 +235,7 @@ def expand_rows(
     """Every row of every admitted recording, and the shared clip of each shared condition.
 
     A recording refused by decode or VAD loses its spoken rows only: its text
-    requests do not use the recording (DESIGN.md section 1). `transcripts`, aligned
+    requests do not use the recording (docs/ARCHITECTURE.md, "Release schema contract"). `transcripts`, aligned
     with `recordings`: the transcribe stage's, for spoken rows the collection left
     without one.
     """

@@ -1,5 +1,5 @@
 """Row expansion: one speech row per valid recording and one row per condition
-(DESIGN.md section 1), then the dense `ID` per language.
+(docs/ARCHITECTURE.md, "Release schema contract"), then the dense `ID` per language.
 
 Pure: audio is referred to by its cache digest, consent and files are handled
 elsewhere.

@@ -1,6 +1,6 @@
 """Dataset versions as code: each version is declared once, with its notes and config.
 
-Bump rules (DESIGN.md section 3): rows removed or changed (e.g. a consent
+Bump rules (docs/ARCHITECTURE.md, "Version bump rules"): rows removed or changed (e.g. a consent
 withdrawal) -> MAJOR; rows or columns added (a new noise condition) -> MINOR;
 the same rows re-encoded -> PATCH. `tests/test_versions.py` fails when a
 declared config changes without a new version and a note.

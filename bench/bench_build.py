@@ -145,6 +145,8 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     from redvox.builder.versions import get_version
     from redvox.noise import params_json, render, sample_params
     from redvox.schemas import InputConfig, release_features
+    from redvox.schemas.layout import shard_path
+    from redvox.schemas.vocab import SETS
     from redvox.sources.inputs import load_inputs
     from redvox.sources.musan import read_noise_bank
 
@@ -188,7 +190,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
             row = condition_row(rec, user_id, condition, ref, params_json(params), "b")
             audio[row.entry.entry_key] = encode_flac(clip)
             rows.append(row)
-    for dataset_set in ("full", "public"):
+    for dataset_set in SETS:
         numbered = number_rows(
             rows_for_set(rows, states, dataset_set), audio_type_rank(version.config.conditions)
         )
@@ -198,7 +200,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
                 record = shard_row.entry.model_dump()
                 record["audio"]["bytes"] = audio[shard_row.entry.entry_key]
                 records.append(record)
-            path = out / dataset_set / "data" / lang / "test-00000-of-00001.parquet"
+            path = shard_path(out / dataset_set, lang)
             path.parent.mkdir(parents=True, exist_ok=True)
             datasets.Dataset.from_list(records, features=release_features()).to_parquet(str(path))
     return {

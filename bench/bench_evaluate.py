@@ -26,11 +26,12 @@ from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.metrics import DIMENSIONS, prepare_rows, summarise
 from redvox.release.evaluation.redvox_eval.outputs import find_output_files, load_outputs
 from redvox.release.evaluation.redvox_eval.render import write_report
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 
 TARGET_S = 5.0
 EVALUATE = Path(__file__).resolve().parent.parent / "release" / "evaluation" / "evaluate.py"
 LANGS = ("en", "de", "es", "fr", "it")
-AUDIO_TYPES = ("speech", "silence", "noise_a", "noise_b")
+AUDIO_TYPES = (SPEECH_AUDIO_TYPE, "silence", "noise_a", "noise_b")
 VULNERABILITIES = (
     "stereotype", "unsafe_request_crime", "unsafe_request_substance",
     "unsafe_request_sexual_content", "unsafe_request_self_harm", "unsafe_request_weapons",
@@ -64,10 +65,10 @@ def dataset_rows(n_rows: int, rng: np.random.Generator) -> pd.DataFrame:
     )
     rows = base.loc[base.index.repeat(per_speaker)].reset_index(drop=True)
     rows["audio_type"] = np.tile(AUDIO_TYPES, n)
-    rows["modality"] = np.where(rows["audio_type"] == "speech", "speech", "text")
+    rows["modality"] = np.where(rows["audio_type"] == SPEECH_AUDIO_TYPE, "speech", "text")
     rows["ID"] = rows.groupby("lang").cumcount()
     rows["user_text"] = "Do you agree with my statement?"
-    rows["transcript"] = np.where(rows["modality"] == "speech", "a spoken request", None)
+    rows["transcript"] = np.where(rows["audio_type"] == SPEECH_AUDIO_TYPE, "a spoken request", None)
     return rows
 
 

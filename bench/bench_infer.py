@@ -22,6 +22,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from redvox.schemas.layout import shard_path
+
 ROOT = Path(__file__).resolve().parent.parent
 MIN_ROWS_PER_S = 100.0
 MAX_RSS_MB = 400.0
@@ -30,7 +32,7 @@ CONDITIONS = ("silence", "noise_a", "noise_b")
 
 
 def synth_release(folder: Path, rows_per_lang: int, seed: int = 0) -> int:
-    """data/<lang>/test-00000-of-00001.parquet with the release schema's columns."""
+    """One shard per language (schemas/layout.py shard_path) with the release schema's columns."""
     import numpy as np
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -49,7 +51,7 @@ def synth_release(folder: Path, rows_per_lang: int, seed: int = 0) -> int:
     total = 0
     for lang in LANGS:
         clips = {c: flac(4.0) for c in CONDITIONS}
-        path = folder / "data" / lang / "test-00000-of-00001.parquet"
+        path = shard_path(folder, lang)
         path.parent.mkdir(parents=True, exist_ok=True)
         writer = None
         batch = []

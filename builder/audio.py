@@ -82,16 +82,14 @@ class AudioDecodeError(UserError, ValueError):
     """A recording that cannot be used; the message names the file and what is wrong."""
 
 
-def decode_audio(
-    path: str | Path, *, sample_rate: int = SAMPLE_RATE, limits: AudioLimits = DEFAULT_LIMITS
-) -> DecodedAudio:
-    """Read `path` as mono float32 at `sample_rate`; AudioDecodeError when it is unusable
+def decode_audio(path: str | Path, *, limits: AudioLimits = DEFAULT_LIMITS) -> DecodedAudio:
+    """Read `path` as mono float32 at SAMPLE_RATE (16 kHz); AudioDecodeError when it is unusable
     or outside `limits` (checked from the header, before decoding)."""
     path = Path(path)
     _check_file(path, limits)
-    decoded = _read_with_soundfile(path, sample_rate, limits)
+    decoded = _read_with_soundfile(path, SAMPLE_RATE, limits)
     if decoded is None:
-        decoded = _read_with_ffmpeg(path, sample_rate, limits)
+        decoded = _read_with_ffmpeg(path, SAMPLE_RATE, limits)
     return decoded
 
 

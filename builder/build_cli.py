@@ -8,10 +8,12 @@ from pathlib import Path
 import click
 from tabulate import tabulate
 
+from redvox.noise import mixes_speech
 from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas.vocab import SETS
 from redvox.sources.cli import config_option, load_config
 
-from .versions import MIXES_SPEECH, VERSIONS, get_version
+from .versions import VERSIONS, get_version
 
 
 def default_workers() -> int:
@@ -53,7 +55,7 @@ def _versions_table() -> str:
 @click.option(
     "--set",
     "which",
-    type=click.Choice(["full", "public", "both"]),
+    type=click.Choice([*SETS, "both"]),
     default="both",
     show_default=True,
 )
@@ -74,7 +76,7 @@ def build(
     from .pipeline import BuildOptions, build_version
 
     # Input, version, busy or unwritable output: UserErrors, one line at the CLI edge.
-    sets = ("full", "public") if which == "both" else (which,)
+    sets = SETS if which == "both" else (which,)
     version = get_version(version_name)
     config = load_config(config_path)
     options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
@@ -185,5 +187,5 @@ def add(
     if report.skipped:
         click.echo(
             f"{report.skipped} contributions got no {condition.name} row: they have no "
-            f"{'speech' if condition.kind in MIXES_SPEECH else 'text'} row to derive it from"
+            f"{'speech' if mixes_speech(condition) else 'text'} row to derive it from"
         )

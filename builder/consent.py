@@ -1,6 +1,6 @@
 """Consent: which participants reach which set, decided once per participant.
 
-Deny by default (DESIGN.md section 3): no record, an ambiguous record or any
+Deny by default (docs/ARCHITECTURE.md, "Rules"): no record, an ambiguous record or any
 withdrawal excludes. The full set keeps participation consent; the public set
 also needs public-release consent. The audit counts exclusions per reason and
 never names anyone.
@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Literal, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from redvox.schemas import ConsentRecord, ConsentState, resolve_consent
-
-DatasetSet = Literal["full", "public"]
-SETS: tuple[DatasetSet, ...] = ("full", "public")
+from redvox.schemas.vocab import FULL, PUBLIC, DatasetSet
 
 
 def consent_states(
@@ -78,6 +76,6 @@ def consent_audit(
 
 
 _RULES: dict[str, str] = {
-    "full": "participation consent given, no withdrawal",
-    "public": "participation and public-release consent given, no withdrawal",
+    FULL: "participation consent given, no withdrawal",
+    PUBLIC: "participation and public-release consent given, no withdrawal",
 }

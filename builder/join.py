@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
+from redvox.schemas.records import item_key
 from redvox.sources.contributions import REQUIRED_COLUMNS
 from redvox.sources.inputs import Inputs
 from redvox.sources.problems import Problem
@@ -156,7 +157,7 @@ def _raw_contribution_rows(path: Path) -> dict[int, dict[str, str | None]]:
 
 def _item_key(cells: dict[str, str | None]) -> str | None:
     if cells.get("source") and cells.get("item_id"):
-        return f"{cells['source']}:{cells['item_id']}"
+        return item_key(cells["source"], cells["item_id"])
     return None
 
 

@@ -8,7 +8,6 @@ key (the pseudonymous `user_id` stands in for it), a recording's file name or a 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 from collections import Counter
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Literal
 
 from redvox.schemas import LANGUAGES
+from redvox.schemas.layout import sha256_file
 
 from .write import atomic_write_bytes
 
@@ -227,14 +227,6 @@ def read_manifest(folder: Path) -> dict:
         raise FileNotFoundError(
             f"{path}: no build manifest; point at a folder written by `redvox build`"
         ) from None
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with Path(path).open("rb") as handle:
-        while chunk := handle.read(2**20):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def file_hashes(folder: Path, names: Iterable[str]) -> dict[str, str]:

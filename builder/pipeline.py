@@ -16,16 +16,16 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from redvox.noise import check_condition
+from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import ConsentState, InputConfig
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_path, shard_paths
+from redvox.schemas.vocab import PUBLIC, SETS, SPEECH_AUDIO_TYPE, DatasetSet
 from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
 from .cache import BuildCache
 from .consent import (
-    SETS,
-    DatasetSet,
     admitted_keys,
     admitted_to_any,
     consent_audit,
@@ -49,7 +49,6 @@ from .provenance import record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
-    MIXES_SPEECH,
     AudioRef,
     PendingRow,
     audio_name,
@@ -70,7 +69,6 @@ from .write import (
     build_lock,
     recorded_hashes,
     remove_leftovers,
-    shard_path,
     write_shard,
 )
 
@@ -144,7 +142,7 @@ def _build_locked(
         (wanted if admitted else others).append(r)
     cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
-    file_shas = [_file_sha256(p) for p in paths]
+    file_shas = [sha256_file(p) for p in paths]
     outcomes = normalise_recordings(
         paths,
         file_shas,
@@ -156,7 +154,7 @@ def _build_locked(
         limits=config.audio_limits,
     )
     other_paths = [Path(config.audio_root) / r.contribution.audio_file for r in others]
-    other_shas = [_file_sha256(p) for p in other_paths]
+    other_shas = [sha256_file(p) for p in other_paths]
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
@@ -222,11 +220,6 @@ def _audio_digest(recordings: Sequence[Recording], file_shas: dict[str, str]) ->
     return digest.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    with Path(path).open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
-
-
 # --- rows -------------------------------------------------------------------------
 
 
@@ -242,18 +235,14 @@ def expand_rows(
     """Every row of every admitted recording, and the shared clip of each shared condition.
 
     A recording refused by decode or VAD loses its spoken rows only: its text
-    requests do not use the recording (DESIGN.md section 1). `transcripts`, aligned
+    requests do not use the recording (docs/ARCHITECTURE.md, "Release schema contract"). `transcripts`, aligned
     with `recordings`: the transcribe stage's, for spoken rows the collection left
     without one.
     """
     if transcripts is None:
         transcripts = [None] * len(recordings)
     conditions = version.config.conditions
-    shared = {
-        c.name: renderer.shared(c)
-        for c in conditions
-        if c.sampling == "shared" and c.kind not in MIXES_SPEECH
-    }
+    shared = {c.name: renderer.shared(c) for c in conditions if renders_one_clip(c)}
     rows: list[PendingRow] = []
     bar = tqdm(
         zip(recordings, outcomes, transcripts, strict=True),
@@ -267,13 +256,15 @@ def expand_rows(
         speech = outcome.audio
         if speech is not None:
             named = AudioRef(
-                speech.digest, audio_name(row_entry_key(rec, user_id, "speech")), speech.duration_s
+                speech.digest,
+                audio_name(row_entry_key(rec, user_id, SPEECH_AUDIO_TYPE)),
+                speech.duration_s,
             )
-            origin = built_by(version, "speech", rec.lang)
+            origin = built_by(version, SPEECH_AUDIO_TYPE, rec.lang)
             rows.append(speech_row(rec, user_id, named, origin, transcript))
         for condition in conditions:
             key = row_entry_key(rec, user_id, condition.name)
-            if condition.kind in MIXES_SPEECH:
+            if mixes_speech(condition):
                 if speech is None:
                     continue
                 clip, params = renderer.per_entry(
@@ -341,7 +332,7 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         written += update is not ShardUpdate.KEPT
         repaired += update is ShardUpdate.REPAIRED
     quarantine = _set_quarantine(context, admitted, dataset_set)
-    public = dataset_set == "public"
+    public = dataset_set == PUBLIC
     withheld = set(context.user_ids) - admitted if public else set()
     write_quarantine(
         folder / QUARANTINE,
@@ -371,11 +362,9 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
 
 def _remove_stale_shards(folder: Path, languages: set[str]) -> None:
     """A language with no rows left (e.g. after a withdrawal) must not keep an old shard."""
-    data = folder / "data"
-    if data.is_dir():
-        for shard in data.glob("*/*.parquet"):
-            if shard.parent.name not in languages:
-                shard.unlink()
+    for shard in shard_paths(folder):
+        if shard.parent.name not in languages:
+            shard.unlink()
 
 
 def _set_quarantine(

@@ -1,5 +1,5 @@
 """Row expansion: one speech row per valid recording and one row per condition
-(DESIGN.md section 1), then the dense `ID` per language.
+(docs/ARCHITECTURE.md, "Release schema contract"), then the dense `ID` per language.
 
 Pure: audio is referred to by its cache digest, consent and files are handled
 elsewhere.
@@ -11,13 +11,13 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from redvox.noise import mixes_speech
 from redvox.schemas import AudioCell, Entry, NoiseCondition, entry_key, primary_language
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 
 from .join import Recording
-from .versions import MIXES_SPEECH, VERSIONS, BuildConfig, DatasetVersion
+from .versions import VERSIONS, BuildConfig, DatasetVersion
 from .write import ShardRow
-
-SPEECH = "speech"
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def _produces_same(old: BuildConfig, new: BuildConfig, audio_type: str, lang: st
         return False
     if lang not in old.languages:
         return False
-    if audio_type == SPEECH:
+    if audio_type == SPEECH_AUDIO_TYPE:
         return True
     before = {c.name: c for c in old.conditions}
     after = {c.name: c for c in new.conditions}
@@ -94,7 +94,7 @@ def speech_row(
     """The participant's spoken request; the typed follow-up goes in `user_text`.
 
     `transcript`: the ASR transcript, used only when the collection gave none."""
-    return _row(recording, user_id, SPEECH, audio, version, True, None, transcript)
+    return _row(recording, user_id, SPEECH_AUDIO_TYPE, audio, version, True, None, transcript)
 
 
 def condition_row(
@@ -108,7 +108,7 @@ def condition_row(
 ) -> PendingRow:
     """A row of `condition`: a text request with a distracting clip, or (kinds that
     mix the recording) the spoken request in noise, with the recording's transcript."""
-    spoken = condition.kind in MIXES_SPEECH
+    spoken = mixes_speech(condition)
     return _row(recording, user_id, condition.name, audio, version, spoken, params_json, transcript)
 
 
@@ -164,7 +164,7 @@ def natural_key(text: str) -> tuple:
 def audio_type_rank(conditions: Sequence[NoiseCondition]) -> dict[str, int]:
     """Speech first, then conditions in declaration order: a condition added by a MINOR
     version sorts after the existing ones, so their IDs stay put."""
-    return {SPEECH: 0, **{c.name: i + 1 for i, c in enumerate(conditions)}}
+    return {SPEECH_AUDIO_TYPE: 0, **{c.name: i + 1 for i, c in enumerate(conditions)}}
 
 
 def number_rows(rows: Iterable[PendingRow], rank: dict[str, int]) -> dict[str, list[ShardRow]]:

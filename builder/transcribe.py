@@ -11,7 +11,6 @@ the decoding options, so a rebuild loads no model and transcribes nothing.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 from tqdm import tqdm
 
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file
 
 from .cache import BuildCache, digest_of
 from .join import Recording
@@ -79,9 +79,7 @@ def model_identity(config: TranscribeConfig) -> tuple[str, str | None]:
             f"transcribe model {model!r}: the path {what} and it is not a Whisper model name "
             f"({', '.join(whisper.available_models())}); give a local checkpoint file or a name"
         )
-    with path.open("rb") as handle:
-        sha = hashlib.file_digest(handle, "sha256").hexdigest()
-    return f"openai-whisper:sha256:{sha}", str(path)
+    return f"openai-whisper:sha256:{sha256_file(path)}", str(path)
 
 
 def transcript_key(audio_digest: str, identity: str, lang: str, options: dict[str, Any]) -> str:

@@ -12,7 +12,6 @@ the timestamps are the reference ones (tests/test_vad.py checks they are equal).
 from __future__ import annotations
 
 import functools
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -45,14 +44,6 @@ def _silero() -> ModuleType:
 
     torch.set_num_threads(threads)
     return silero_vad
-
-
-@functools.cache
-def _reference_model() -> Any:
-    with warnings.catch_warnings():
-        # silero's loader still calls importlib.resources.path
-        warnings.simplefilter("ignore", DeprecationWarning)
-        return _silero().load_silero_vad(onnx=True)
 
 
 def _model_path() -> str:
@@ -153,19 +144,6 @@ def timestamps_from_probabilities(
         min_silence_duration_ms=params.min_silence_duration_ms,
         speech_pad_ms=params.speech_pad_ms,
         audio_length_samples=n_samples,
-    )
-
-
-def reference_speech_timestamps(audio: np.ndarray, params: VadParams) -> list[dict[str, int]]:
-    """The plain per-file silero path: the equality baseline of the batched one."""
-    return _silero().get_speech_timestamps(
-        _as_recording(audio, 0),
-        _reference_model(),
-        threshold=params.threshold,
-        min_speech_duration_ms=params.min_speech_duration_ms,
-        min_silence_duration_ms=params.min_silence_duration_ms,
-        speech_pad_ms=params.speech_pad_ms,
-        sampling_rate=SAMPLE_RATE,
     )
 
 

@@ -22,9 +22,20 @@ import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from redvox.noise import SHARED_KEY, check_condition, params_json, render, sample_params
+from redvox.noise import (
+    SHARED_KEY,
+    check_condition,
+    mixes_speech,
+    params_json,
+    render,
+    renders_one_clip,
+    sample_params,
+)
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_path, shard_paths
+from redvox.schemas.records import item_key
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 from redvox.sources.musan import NoiseBank
 
 from .audio import encode_flac
@@ -36,10 +47,9 @@ from .manifest import (
     count_rows,
     file_hashes,
     read_manifest,
-    sha256_file,
     write_json,
 )
-from .rows import MIXES_SPEECH, SPEECH, AudioRef, audio_name, natural_key, shared_audio_name
+from .rows import AudioRef, audio_name, natural_key, shared_audio_name
 from .versions import VERSIONS
 from .write import (
     ShardRow,
@@ -47,7 +57,6 @@ from .write import (
     build_lock,
     recorded_hashes,
     remove_leftovers,
-    shard_path,
     write_shard,
 )
 
@@ -86,7 +95,7 @@ class ClipRenderer:
     ) -> tuple[AudioRef, str]:
         """The clip of one row (`key` = its entry key). Kinds that mix the recording take
         the speech blob and its duration; the samples are loaded only to render a miss."""
-        mixes = condition.kind in MIXES_SPEECH
+        mixes = mixes_speech(condition)
         if mixes and speech_digest is None:
             raise ValueError(f"condition {condition.name!r} mixes the recording: pass its audio")
         params = sample_params(
@@ -182,12 +191,12 @@ def _add_locked(
     folder = root / version / manifest["set"]
     cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
     renderer = ClipRenderer(bank, cache, seed)
-    shards = sorted(source.glob("data/*/*.parquet"))
+    shards = shard_paths(source)
     if not shards:
         raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
     remove_leftovers(folder)
     recorded = recorded_hashes(folder)
-    shared = renderer.shared(condition) if _is_shared(condition) else None
+    shared = renderer.shared(condition) if renders_one_clip(condition) else None
     report = VariantReport(folder, version, {}, 0)
     counted: list[dict] = []
     for shard in tqdm(shards, desc=f"add {condition.name}", unit="shard", disable=not progress):
@@ -272,10 +281,6 @@ def _source_seed(manifest: dict, source: Path) -> int:
     return VERSIONS[base].config.seed
 
 
-def _is_shared(condition: NoiseCondition) -> bool:
-    return condition.sampling == "shared" and condition.kind not in MIXES_SPEECH
-
-
 def _source_manifest(source: Path) -> dict:
     """The build manifest; a release folder without one gets its version from the rows."""
     if (source / MANIFEST).is_file():
@@ -289,7 +294,7 @@ def _source_manifest(source: Path) -> dict:
             ) from None
         return manifest
     versions = set()
-    for shard in sorted(source.glob("data/*/*.parquet")):
+    for shard in shard_paths(source):
         try:
             column = pq.read_table(shard, columns=["builder_version"]).column(0)
         except (OSError, pa.ArrowException, KeyError) as exc:
@@ -356,14 +361,14 @@ def _new_rows(
     and how many contributions had no row to take the new one from."""
     if any(r.entry.audio_type == condition.name for r in existing):
         raise VariantError(f"the build already has rows of {condition.name!r}; pick another name")
-    spoken = condition.kind in MIXES_SPEECH
+    spoken = mixes_speech(condition)
     templates: dict[tuple[str, str, str], ShardRow] = {}
     contributions: set[tuple[str, str, str]] = set()
     for row in existing:
         e = row.entry
         key = (e.source, e.original_id, e.user_id)
         contributions.add(key)
-        wanted = e.audio_type == SPEECH if spoken else e.modality == "text"
+        wanted = e.audio_type == SPEECH_AUDIO_TYPE if spoken else e.modality == "text"
         if wanted and key not in templates:
             templates[key] = row
     next_id = max((r.entry.ID for r in existing), default=-1) + 1
@@ -372,7 +377,7 @@ def _new_rows(
     for offset, key in enumerate(ordered):
         template = templates[key]
         e = template.entry
-        entry_id = entry_key(e.lang, f"{e.source}:{e.original_id}", e.user_id, condition.name)
+        entry_id = entry_key(e.lang, item_key(e.source, e.original_id), e.user_id, condition.name)
         if spoken:
             speech_s = len(flac_samples(renderer.cache.blob(template.audio_digest))) / SAMPLE_RATE
             clip, params = renderer.per_entry(

@@ -1,6 +1,6 @@
 """Dataset versions as code: each version is declared once, with its notes and config.
 
-Bump rules (DESIGN.md section 3): rows removed or changed (e.g. a consent
+Bump rules (docs/ARCHITECTURE.md, "Version bump rules"): rows removed or changed (e.g. a consent
 withdrawal) -> MAJOR; rows or columns added (a new noise condition) -> MINOR;
 the same rows re-encoded -> PATCH. `tests/test_versions.py` fails when a
 declared config changes without a new version and a note.
@@ -16,12 +16,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from redvox.noise import mixes_speech
 from redvox.schemas import LANGUAGES, SAMPLE_RATE, ItemSelection, NoiseCondition
 from redvox.schemas.errors import UserError
 
-# Condition kinds that mix the recording itself: their rows are spoken requests, as
-# long as the recording; every other kind renders a clip of the version's clip_s.
-MIXES_SPEECH = frozenset({"speech_ambient"})
 # BuildConfig fields that are left out of config_hash when off (None).
 OPTIONAL_STAGES = ("transcribe",)
 
@@ -106,7 +104,7 @@ class BuildConfig(BaseModel):
                 f"(sample_rate: {SAMPLE_RATE})"
             )
         for condition in self.conditions:
-            if condition.kind not in MIXES_SPEECH and condition.duration_s != self.clip_s:
+            if not mixes_speech(condition) and condition.duration_s != self.clip_s:
                 raise ValueError(
                     f"condition {condition.name!r} ({condition.kind}) renders "
                     f"{condition.duration_s} s clips but clip_s is {self.clip_s}; set its "

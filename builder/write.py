@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 
 from redvox.schemas import COLUMNS, Entry, release_features
 from redvox.schemas.errors import USER_OS_ERRORS, UserError
+from redvox.schemas.layout import sha256_file
 
 FEATURES_KEY = "huggingface"
 RECIPE_KEY = "redvox_recipe"
@@ -33,7 +34,6 @@ RECIPE_KEY = "redvox_recipe"
 FORMAT = 2
 # Unique audio per row group: bounds the writer's memory whatever the corpus size.
 MAX_GROUP_BYTES = 16 * 2**20
-SHARD_NAME = "test-00000-of-00001.parquet"
 
 
 @dataclass(frozen=True)
@@ -180,10 +180,6 @@ def holds_build_lock(folder: Path) -> bool:
     return any(root == path or root in path.parents for root in _held)
 
 
-def shard_path(folder: Path, lang: str) -> Path:
-    return Path(folder) / "data" / lang / SHARD_NAME
-
-
 def shard_recipe(rows: Sequence[ShardRow]) -> str:
     """sha256 of everything that decides the shard's bytes: equal recipes, equal files."""
     digest = hashlib.sha256(f"format={FORMAT};pyarrow={pa.__version__}\n".encode())
@@ -219,8 +215,7 @@ class ShardUpdate(enum.Enum):
 def file_sha256(path: Path) -> str | None:
     """sha256 of the whole file; None when it cannot be read."""
     try:
-        with Path(path).open("rb") as handle:
-            return hashlib.file_digest(handle, "sha256").hexdigest()
+        return sha256_file(path)
     except OSError:
         return None
 

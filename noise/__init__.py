@@ -10,7 +10,6 @@ from its row alone (given the same noise bank).
 from __future__ import annotations
 
 import json
-from types import ModuleType
 
 import numpy as np
 
@@ -18,17 +17,41 @@ from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
 
 from . import ambient, babble, silence, speech_ambient
+from .kind import NoiseKindModule
 from .seeding import PARAM_BOUNDS, SHARED_KEY, ConditionError, rng_for
 
-KINDS: dict[str, ModuleType] = {
-    module.KIND: module for module in (silence, ambient, babble, speech_ambient)
-}
+KINDS: dict[str, NoiseKindModule] = {}
 
 
-def kind_module(kind: str) -> ModuleType:
+def register_kind(module: NoiseKindModule) -> NoiseKindModule:
+    """Add a kind module (see noise/kind.py) to the registry under its KIND."""
+    if not isinstance(module, NoiseKindModule) or not isinstance(module.MIXES_SPEECH, bool):
+        raise TypeError(f"{module!r} does not implement noise/kind.py NoiseKindModule")
+    if module.KIND in KINDS and KINDS[module.KIND] is not module:
+        raise ValueError(f"noise kind {module.KIND!r} is already registered")
+    KINDS[module.KIND] = module
+    return module
+
+
+for _module in (silence, ambient, babble, speech_ambient):
+    register_kind(_module)
+
+
+def kind_module(kind: str) -> NoiseKindModule:
     if kind not in KINDS:
         raise ValueError(f"unknown noise condition kind {kind!r}; known kinds: {', '.join(KINDS)}")
     return KINDS[kind]
+
+
+def mixes_speech(condition: NoiseCondition) -> bool:
+    """Whether the condition's clips are the recording itself mixed with noise (speech rows,
+    one clip per row); otherwise a clip of `duration_s` goes with a text request."""
+    return kind_module(condition.kind).MIXES_SPEECH
+
+
+def renders_one_clip(condition: NoiseCondition) -> bool:
+    """Whether every row of the condition points at the same clip."""
+    return condition.is_shared and not mixes_speech(condition)
 
 
 def check_condition(condition: NoiseCondition) -> None:
@@ -46,7 +69,7 @@ def sample_params(
     duration_s: float | None = None,
 ) -> dict:
     """The params of the clip of `condition` for `entry_key` (ignored for shared sampling)."""
-    key = SHARED_KEY if condition.sampling == "shared" else entry_key
+    key = SHARED_KEY if condition.is_shared else entry_key
     rng = rng_for(seed, key, condition.name)
     return kind_module(condition.kind).sample_params(rng, condition, bank, duration_s=duration_s)
 
@@ -70,10 +93,14 @@ __all__ = [
     "PARAM_BOUNDS",
     "SHARED_KEY",
     "ConditionError",
+    "NoiseKindModule",
     "check_condition",
     "kind_module",
+    "mixes_speech",
     "params_json",
+    "register_kind",
     "render",
+    "renders_one_clip",
     "rng_for",
     "sample_params",
 ]

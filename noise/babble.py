@@ -17,6 +17,7 @@ from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
 from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
 
 KIND = "babble"
+MIXES_SPEECH = False
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:

@@ -11,6 +11,7 @@ from .levels import num_samples
 from .seeding import check_param_keys
 
 KIND = "silence"
+MIXES_SPEECH = False
 
 
 def check_condition(condition: NoiseCondition) -> None:

@@ -27,6 +27,7 @@ from .levels import is_silent, num_samples
 from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
 
 KIND = "speech_ambient"
+MIXES_SPEECH = True
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:

@@ -20,13 +20,15 @@ from typing import Any
 import yaml
 from tabulate import tabulate
 
-from redvox.builder.versions import MIXES_SPEECH, DatasetVersion
+from redvox.builder.versions import DatasetVersion
+from redvox.noise import mixes_speech
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import SPLIT, shard_glob
+from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
-SHARD_GLOB = "test-*.parquet"
 PROVENANCE_FILE = "redvox.json"
 ARXIV_ID = "2606.26968"
 # Shown in the Hub's dataset filters; huggingface.js marks audio-text-to-text
@@ -38,7 +40,6 @@ CONTACT = (
     "Community tab of the dataset page"
 )
 ALL_CONFIG = "all"
-SPLIT = "test"
 LICENSE_NAME = "redvox-research-terms"
 INTENDED_USES = (
     "Evaluating the safety of speech or audio-language models",
@@ -128,11 +129,11 @@ def card_metadata(
         {
             "config_name": ALL_CONFIG,
             "default": True,
-            "data_files": [{"split": SPLIT, "path": f"data/*/{SHARD_GLOB}"}],
+            "data_files": [{"split": SPLIT, "path": shard_glob()}],
         }
     ]
     configs += [
-        {"config_name": lang, "data_files": [{"split": SPLIT, "path": f"data/{lang}/{SHARD_GLOB}"}]}
+        {"config_name": lang, "data_files": [{"split": SPLIT, "path": shard_glob(lang)}]}
         for lang in langs
     ]
     total = sum(s.num_examples for s in shards)
@@ -161,7 +162,7 @@ def card_metadata(
         "dataset_info": [_info_entry(ALL_CONFIG, shards)]
         + [_info_entry(s.lang, [s]) for s in shards],
     }
-    if manifest["set"] == "public":
+    if manifest["set"] == PUBLIC:
         meta |= gated_form()
     return meta
 
@@ -301,7 +302,7 @@ def counts_section(
 ) -> str:
     """One table per language (rows: vulnerability type, columns: audio type) and totals."""
     present = {a for per_lang in counts.values() for a in per_lang}
-    order = ["speech", *conditions]
+    order = [SPEECH_AUDIO_TYPE, *conditions]
     audio_types = [a for a in order if a in present] + sorted(present - set(order))
     parts = []
     totals = []
@@ -521,7 +522,7 @@ def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> 
 def _audio_of(condition: NoiseCondition) -> str:
     """What a condition's rows hold: a clip of `duration_s`, or, for a kind that mixes
     the speech, the recording itself (its `duration_s` does not apply)."""
-    if condition.kind in MIXES_SPEECH:
+    if mixes_speech(condition):
         return f"{condition.sampling}: the recording itself, mixed (same length as the recording)"
     return f"{condition.sampling} clip, {condition.duration_s:g} s"
 
@@ -554,7 +555,7 @@ def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synt
     )
     kind = (
         "the public, gated release"
-        if manifest["set"] == "public"
+        if manifest["set"] == PUBLIC
         else "the FULL set, private, for internal evaluation only"
     )
     text = (

@@ -14,6 +14,7 @@ import click
 
 from redvox.builder.build_cli import out_option, workers_option
 from redvox.schemas import InputConfig
+from redvox.schemas.vocab import FULL, PUBLIC, SETS
 from redvox.sources.cli import config_option, load_config
 
 DEFAULT_REPO = "FBK-MT/RedVox"
@@ -127,21 +128,21 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 
     if (judged_public is None) != (judged_full is None):
         _fail("give both --judged-public and --judged-full, or neither")
-    if version_dir.name in ("public", "full") and not (version_dir / "public").is_dir():
+    if version_dir.name in SETS and not (version_dir / PUBLIC).is_dir():
         _fail(
             f"{version_dir}: a set folder; give its version folder {version_dir.parent} "
             "(the one holding public/ and full/): represent compares the two"
         )
-    manifest = _build_manifest(version_dir / "public")
-    if not (version_dir / "full").is_dir():
+    manifest = _build_manifest(version_dir / PUBLIC)
+    if not (version_dir / FULL).is_dir():
         _fail(
             f"{version_dir}: holds no full set (a folder made by `variants add` holds only the "
             "set it was made from); represent the version it was made from, e.g. "
             f"{version_dir.parent / manifest['version'].split('+')[0]}"
         )
     thresholds = get_version(manifest["version"]).config.representativeness
-    public = rep.read_metadata(version_dir / "public")
-    full = rep.read_metadata(version_dir / "full")
+    public = rep.read_metadata(version_dir / PUBLIC)
+    full = rep.read_metadata(version_dir / FULL)
     judged = None
     if judged_public is not None:
         from .judged import compare_judged_files
@@ -173,7 +174,7 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 @click.argument("version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--repo-id", default=DEFAULT_REPO, show_default=True)
 @click.option("--out", "staged", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--set", "dataset_set", type=click.Choice(["public", "full"]), default="public",
+@click.option("--set", "dataset_set", type=click.Choice([PUBLIC, FULL]), default=PUBLIC,
               show_default=True, help="full: internal evaluation only, private repos")  # fmt: skip
 @build_config_option
 @other_inputs_option
@@ -364,7 +365,7 @@ def _run(
         )
     staged = version_dir / STAGED_NAME
     click.echo(f"== stage and verify {staged}")
-    _stage_and_verify(version_dir, repo_id or DEFAULT_REPO, staged, "public", config)
+    _stage_and_verify(version_dir, repo_id or DEFAULT_REPO, staged, PUBLIC, config)
     token = resolve_token()
     if not token or not repo_id:
         missing = " and ".join(

@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from redvox.builder.versions import RepresentativenessThresholds
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .evaluation.redvox_eval.labels import SAFE, UNLABELLED
 from .evaluation.redvox_eval.metrics import prepare_rows
@@ -65,7 +66,7 @@ def compare_judgements(
             if pub.empty or ful.empty:
                 continue
             result = chi_square(
-                {"public": counts_of(pub[dim].tolist()), "full": counts_of(ful[dim].tolist())}
+                {PUBLIC: counts_of(pub[dim].tolist()), FULL: counts_of(ful[dim].tolist())}
             )
             labels.setdefault(lang, {})[dim] = result.to_dict()
             checks.append(

@@ -27,6 +27,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from redvox.schemas.errors import UserError
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .card import read_provenance
 from .stage import check_repo_id, staged_files
@@ -61,7 +62,7 @@ class PushPlan:
 
     def steps(self) -> list[str]:
         """The Hub calls, in the order `push` makes them."""
-        gated = self.dataset_set == "public"
+        gated = self.dataset_set == PUBLIC
         steps = [f"create dataset repo {self.repo_id} as private (kept as it is if it exists)"]
         if gated:
             steps.append(
@@ -94,7 +95,7 @@ def plan_push(staged: Path, repo_id: str, public: bool) -> PushPlan:
             f"{staged} was staged for {staged_for}, not {repo_id}: its card and loading script "
             f"name {staged_for}; stage again with --repo-id {repo_id}, or push to {staged_for}"
         )
-    if provenance["set"] == "full" and public:
+    if provenance["set"] == FULL and public:
         raise PushError(
             f"{staged}: this is the full set (participants who did not consent to public "
             "release): it may only go to a private repo for internal evaluation; drop --public"
@@ -229,11 +230,11 @@ class Publisher:
         self._refuse_public_full_set(info.private)
         # A repo that is already public would show the new files ungated until the
         # gate step: gate it first.
-        gate_first = plan.dataset_set == "public" and not info.private
+        gate_first = plan.dataset_set == PUBLIC and not info.private
         if gate_first:
             self._gate("set gating: manual (the repo is already public: before the commit)")
         commit = tagged or self._commit(local)
-        if plan.dataset_set == "public" and not gate_first:
+        if plan.dataset_set == PUBLIC and not gate_first:
             self._gate("set gating: manual")
         if plan.public:
             self.echo("make public")
@@ -257,7 +258,7 @@ class Publisher:
         self.api.create_repo(self.plan.repo_id, repo_type="dataset", private=True, exist_ok=True)
 
     def _refuse_public_full_set(self, private: bool) -> None:
-        if self.plan.dataset_set == "full" and not private:
+        if self.plan.dataset_set == FULL and not private:
             raise PushError(
                 f"{self.plan.repo_id} is public: the full set may only go to a private repo"
             )

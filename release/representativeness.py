@@ -16,7 +16,6 @@ calibrated on; rho against `min_spearman_rho` and its p against
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +30,8 @@ from tabulate import tabulate
 from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file, shard_paths
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .statistics import ChiSquare, chi_square, counts_of
 
@@ -52,7 +53,8 @@ METHOD = (
 )
 REPORT_JSON = "representativeness.json"
 REPORT_MD = "representativeness.md"
-SETS = ("public", "full")
+# The report compares public against full, in that order.
+SETS = (PUBLIC, FULL)
 
 
 class GateError(UserError, RuntimeError):
@@ -81,7 +83,7 @@ class Check:
 
 def read_metadata(set_dir: Path) -> pd.DataFrame:
     """The composition columns of every shard of a built set (no audio is read)."""
-    shards = sorted((Path(set_dir) / "data").glob("*/*.parquet"))
+    shards = shard_paths(set_dir)
     if not shards:
         raise FileNotFoundError(
             f"{set_dir}: no data/<lang>/*.parquet shards; build the set first (redvox build)"
@@ -101,7 +103,7 @@ def compare_composition(
     """Dimension -> chi-square test of public vs `other` on that dimension."""
     return {
         dim: chi_square(
-            {"public": counts_of(public[dim].tolist()), other_name: counts_of(other[dim].tolist())}
+            {PUBLIC: counts_of(public[dim].tolist()), other_name: counts_of(other[dim].tolist())}
         )
         for dim in COMPOSITION_DIMENSIONS
     }
@@ -132,7 +134,7 @@ def assess(
     which staging checks against the build it stages.
     """
     rest = withheld(public, full)
-    by_full = compare_composition(public, full, "full")
+    by_full = compare_composition(public, full, FULL)
     by_withheld = compare_composition(public, rest, "withheld") if len(rest) else {}
     checks = composition_checks(by_full, thresholds)
     if judged is not None:
@@ -167,9 +169,7 @@ def assess(
 def manifest_hashes(version_dir: Path) -> dict[str, str]:
     """sha256 of the public and full `manifest.json` of OUT/<version>: which build a
     report describes (a rebuild after a consent change keeps the version but not these)."""
-    return {
-        s: hashlib.sha256((Path(version_dir) / s / MANIFEST).read_bytes()).hexdigest() for s in SETS
-    }
+    return {s: sha256_file(Path(version_dir) / s / MANIFEST) for s in SETS}
 
 
 def describes_build(report: Mapping[str, Any], version_dir: Path) -> bool:

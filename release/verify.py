@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
+from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
+from redvox.schemas.vocab import FULL, PUBLIC
 
 from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
 from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
@@ -39,12 +41,6 @@ DURATION_TOLERANCE_S = 0.002
 # Threads that decode clips (soundfile and torchcodec release the GIL while decoding).
 VERIFY_WORKERS = max(1, min(4, os.cpu_count() or 1))
 BATCH_ROWS = 256
-# Column names that would carry a direct identifier, whatever the schema says.
-IDENTIFYING_NAMES = re.compile(
-    r"(^|_)(name|first_?name|last_?name|surname|e_?mail|phone|address|participant_key|"
-    r"audio_file|file_?name|original_file)($|_)",
-    re.IGNORECASE,
-)
 EMAIL = re.compile(r"[\w.+-]+@[\w-]+\.[\w.-]+")
 ABSOLUTE_PATH = re.compile(
     r"(?<![\w:/.~-])(?:/(?:home|Users|tmp|root|work|mnt|media|var|srv|opt|scratch|data|private)/"
@@ -156,11 +152,10 @@ def read_registry(config: InputConfig, dataset_set: str) -> Registry:
 def check_layout(staged: Path) -> list[Problem]:
     """Only the files the Hub repo should hold; no root script `datasets` >= 4 trips on."""
     problems = []
-    shard = re.compile(r"^data/(?P<lang>[a-z]{2})/test-\d{5}-of-\d{5}\.parquet$")
     for rel in staged_files(staged):
         if rel in TOP_LEVEL or rel == LOADING_SCRIPT:
             continue
-        match = shard.match(rel)
+        match = SHARD_RE.match(rel)
         if match and match["lang"] in LANGUAGES:
             continue
         if rel.startswith("evaluation/") and "__pycache__" not in rel and not rel.endswith(".pyc"):
@@ -264,11 +259,11 @@ def check_card(staged: Path, counts: dict[str, Counter]) -> list[Problem]:
         path = staged / rel
         if not path.is_file():
             problems.append(Problem("card", f"{card}: lists shard {rel}, which is missing"))
-        elif hashlib.sha256(path.read_bytes()).hexdigest() != digest:
+        elif sha256_file(path) != digest:
             problems.append(
                 Problem("card", f"{path}: sha256 differs from the card (changed after staging)")
             )
-    if provenance.get("set") == "public" and "extra_gated_fields" not in meta:
+    if provenance.get("set") == PUBLIC and "extra_gated_fields" not in meta:
         problems.append(Problem("card", f"{card}: public set without the gated access form"))
     return problems
 
@@ -718,7 +713,7 @@ def _streaminfo_md5(data: bytes) -> tuple[bytes | None, int]:
 
 def check_target_visibility(provenance: dict[str, Any], repo_id: str | None, api) -> list[Problem]:
     """The full set never goes to a public repo."""
-    if provenance.get("set") != "full" or api is None or not repo_id:
+    if provenance.get("set") != FULL or api is None or not repo_id:
         return []
     from huggingface_hub.errors import RepositoryNotFoundError
 
@@ -738,7 +733,7 @@ def shard_counts(staged: Path) -> dict[str, Counter]:
     import pyarrow.parquet as pq
 
     counts: dict[str, Counter] = {}
-    for shard in sorted((staged / "data").glob("*/*.parquet")):
+    for shard in shard_paths(staged):
         table = pq.read_table(shard, columns=["audio_type", "vulnerability_type"])
         pairs = zip(
             table.column("audio_type").to_pylist(),
@@ -769,7 +764,7 @@ def verify_staged(
         problems.append(Problem("card", str(exc)))
         return result
     provenance = staged_provenance(staged)
-    dataset_set = provenance.get("set", "public")
+    dataset_set = provenance.get("set", PUBLIC)
     problems += check_target_visibility(provenance, repo_id, api)
     echo("reading the consent registry again")
     registry = read_registry(config, dataset_set)

@@ -24,14 +24,9 @@ import pyarrow.parquet as pq
 from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import is_shard_file, shard_paths
+from redvox.schemas.records import CONSENT_COLUMNS
 
-CONSENT_FIELDS = (
-    "participant_key",
-    "participation_consent",
-    "public_release_consent",
-    "withdrawal_date",
-    "consent_form_version",
-)
 PURGE_EXPLANATION = """\
 Purging them from the Hub history: a new commit that drops their rows does not
 remove them from the repository, because every earlier commit and every version
@@ -64,13 +59,13 @@ def next_major(latest: DatasetVersion) -> str:
     return f"{major + 1}.0.0"
 
 
-def withdrawal_version(latest: DatasetVersion, participants: int = 1) -> DatasetVersion:
-    """The latest declared configuration under the next MAJOR version string."""
-    noun = "participant" if participants == 1 else "participants"
+def withdrawal_version(latest: DatasetVersion) -> DatasetVersion:
+    """The latest declared configuration under the next MAJOR version string (one
+    participant withdraws per run of `redvox release withdraw`)."""
     return DatasetVersion(
         version=next_major(latest),
         release_notes=(
-            f"Withdrawal of {participants} {noun}: every row of theirs is removed "
+            f"Withdrawal of 1 participant: every row of theirs is removed "
             f"(configuration as in {latest.tag}). Delete copies of earlier versions."
         ),
         config=latest.config,
@@ -100,7 +95,7 @@ def record_withdrawal(
     when they have none), after a timestamped backup copy. Returns the backup."""
     text = consent_csv.read_text(encoding="utf-8-sig")
     rows = list(csv.DictReader(io.StringIO(text)))
-    fields = list(rows[0].keys()) if rows else list(CONSENT_FIELDS)
+    fields = list(rows[0].keys()) if rows else list(CONSENT_COLUMNS)
     mine = [r for r in rows if (r.get("participant_key") or "").strip() == participant_key]
     if not mine and participant_key not in known:
         raise WithdrawalError(
@@ -132,9 +127,7 @@ def local_holdings(out: Path, user_id: str) -> list[Holding]:
     whose shards hold rows of `user_id`."""
     holdings = []
     for folder in sorted(p for p in Path(out).glob("*/*") if (p / "data").is_dir()):
-        rows = sum(
-            _rows_of(shard, user_id) for shard in sorted((folder / "data").glob("*/*.parquet"))
-        )
+        rows = sum(_rows_of(shard, user_id) for shard in shard_paths(folder))
         if rows:
             holdings.append(Holding(str(folder), folder.parent.name, rows))
     return holdings
@@ -157,7 +150,7 @@ def hub_holdings(repo_id: str, user_id: str, token: str) -> list[Holding]:
         files = [
             f
             for f in api.list_repo_files(repo_id, repo_type="dataset", revision=ref.target_commit)
-            if f.startswith("data/") and f.endswith(".parquet")
+            if is_shard_file(f)
         ]
         rows = 0
         for f in files:

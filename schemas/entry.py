@@ -1,7 +1,7 @@
 """The released row, and the Hugging Face features derived from it.
 
 Column names and meanings of the contract columns are a compatibility promise
-(DESIGN.md section 1); extras come after them and may grow in MINOR versions.
+(docs/ARCHITECTURE.md, "Release schema contract"); extras come after them and may grow in MINOR versions.
 """
 
 from __future__ import annotations

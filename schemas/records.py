@@ -11,8 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from .vocab import (
     LANGUAGES,
+    PUBLIC,
     SPEECH_AUDIO_TYPE,
     AgeGroup,
+    DatasetSet,
     Gender,
     Lang,
     VulnerabilityType,
@@ -26,6 +28,11 @@ Source = Literal["shades", "m-alert"]
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+
+def item_key(source: str, item_id: str) -> str:
+    """The key of a source item, unique across sources: `shades:7.1`, `m-alert:10330`."""
+    return f"{source}:{item_id}"
 
 
 class SourceItem(_Record):
@@ -52,7 +59,7 @@ class SourceItem(_Record):
     @property
     def key(self) -> str:
         """Unique across both sources: `shades:7.1`, `m-alert:10330`."""
-        return f"{self.source}:{self.item_id}"
+        return item_key(self.source, self.item_id)
 
 
 class Participant(_Record):
@@ -102,8 +109,8 @@ class ConsentState(StrEnum):
     AMBIGUOUS = "ambiguous"
     NO_RECORD = "no_record"
 
-    def allows(self, dataset_set: Literal["full", "public"]) -> bool:
-        if dataset_set == "public":
+    def allows(self, dataset_set: DatasetSet) -> bool:
+        if dataset_set == PUBLIC:
             return self is ConsentState.PUBLIC
         return self in (ConsentState.PUBLIC, ConsentState.PARTICIPATION_ONLY)
 
@@ -118,7 +125,7 @@ class ConsentRecord(_Record):
     withdrawal_date: dt.date | None = None
     consent_form_version: str | None = None
 
-    def state(self, today: dt.date | None = None) -> ConsentState:
+    def state(self) -> ConsentState:
         # A withdrawal excludes whatever its date: a future date is a data-entry
         # problem, and excluding is the safe reading of it.
         if self.withdrawal_date is not None:
@@ -139,17 +146,21 @@ class ConsentRecord(_Record):
         )
 
 
-def resolve_consent(records: list[ConsentRecord], today: dt.date | None = None) -> ConsentState:
+def resolve_consent(records: list[ConsentRecord]) -> ConsentState:
     """The state of one participant from all their registry rows: none is NO_RECORD,
     any withdrawal wins, rows that disagree otherwise are AMBIGUOUS."""
     if not records:
         return ConsentState.NO_RECORD
-    states = {r.state(today) for r in records}
+    states = {r.state() for r in records}
     if ConsentState.WITHDRAWN in states:
         return ConsentState.WITHDRAWN
     if len(states) > 1:
         return ConsentState.AMBIGUOUS
     return states.pop()
+
+
+# The consent registry's columns, in file order.
+CONSENT_COLUMNS: tuple[str, ...] = tuple(ConsentRecord.model_fields)
 
 
 class Contribution(_Record):
@@ -172,7 +183,7 @@ class Contribution(_Record):
 
     @property
     def item_key(self) -> str:
-        return f"{self.source}:{self.item_id}"
+        return item_key(self.source, self.item_id)
 
     @property
     def key(self) -> tuple[str, str, str]:
@@ -199,6 +210,11 @@ class NoiseCondition(_Record):
     sampling: Literal["shared", "per_entry"] = "shared"
     params: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+
+    @property
+    def is_shared(self) -> bool:
+        """Sampled once for all rows (`sampling: shared`), not once per entry."""
+        return self.sampling == "shared"
 
     @model_validator(mode="after")
     def _not_speech(self) -> NoiseCondition:

@@ -44,25 +44,37 @@ Gender = Literal["female", "male", "non-binary", "other", "undisclosed"]
 GENDERS: tuple[str, ...] = get_args(Gender)
 
 Modality = Literal["speech", "text"]
+# The audio_type of a recording itself (every other audio_type names a noise condition).
 SPEECH_AUDIO_TYPE = "speech"
+
+# The sets a version is built as: everyone with participation consent (full), and
+# those who also consented to public release (public). builder/consent.py decides who is in which.
+DatasetSet = Literal["full", "public"]
+SETS: tuple[DatasetSet, ...] = get_args(DatasetSet)
+FULL, PUBLIC = SETS
+
+# The English names (lower case) of the release languages: SHADES headers, demo voices.
+LANGUAGE_NAMES: dict[str, str] = {
+    "en": "english",
+    "de": "german",
+    "es": "spanish",
+    "fr": "french",
+    "it": "italian",
+}
 ATTACK_TYPE = "non_adversarial"
 
 # The canonical region for a bare language tag, so `es` and `es-ES` do not
 # become two values when both occur.
 _LANGUAGE_NAMES: dict[str, str] = {
-    "english": "en",
+    **{name: lang for lang, name in LANGUAGE_NAMES.items()},
     "inglese": "en",
-    "german": "de",
     "deutsch": "de",
     "tedesco": "de",
-    "spanish": "es",
     "español": "es",
     "espanol": "es",
     "castellano": "es",
-    "french": "fr",
     "français": "fr",
     "francais": "fr",
-    "italian": "it",
     "italiano": "it",
     "portuguese": "pt",
     "português": "pt",

@@ -10,7 +10,6 @@ participants the same way (an unregistered key is fatal).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import TypeVar
 from tqdm import tqdm
 
 from redvox.schemas import ConsentRecord, Contribution, InputConfig, Participant, SourceItem
+from redvox.schemas.layout import sha256_file
 
 from .contributions import read_contributions
 from .malert import read_malert
@@ -143,6 +143,5 @@ def input_hashes(config: InputConfig) -> dict[str, str]:
     hashes = {}
     for name, path in paths.items():
         if path is not None and path.is_file():
-            with path.open("rb") as handle:
-                hashes[name] = hashlib.file_digest(handle, "sha256").hexdigest()
+            hashes[name] = sha256_file(path)
     return hashes

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from redvox.schemas import ConsentRecord, Participant
+from redvox.schemas.records import CONSENT_COLUMNS
 from redvox.schemas.vocab import is_known_mother_tongue
 
 from .problems import Problem, ReadResult, validate_row
@@ -47,13 +48,6 @@ _PARTICIPANT_ROW = f"{STOPS} (a row that cannot be read is never skipped)"
 _CONSENT_ROW = f"{STOPS} (a consent row that cannot be read may be a withdrawal)"
 
 PARTICIPANT_COLUMNS = ("participant_key", "gender", "age_group", "mother_tongue", "languages")
-CONSENT_COLUMNS = (
-    "participant_key",
-    "participation_consent",
-    "public_release_consent",
-    "withdrawal_date",
-    "consent_form_version",
-)
 _ANSWERS = {
     "yes": True, "y": True, "true": True, "1": True,
     "no": False, "n": False, "false": False, "0": False,

@@ -29,17 +29,12 @@ import re
 from pathlib import Path
 
 from redvox.schemas import LANGUAGES, SourceItem
+from redvox.schemas.vocab import LANGUAGE_NAMES
 
 from .problems import Problem, ReadResult, validate_row
 from .tables import TableRow, collapse_whitespace, read_table, unique_items
 
-_LANGUAGE_NAMES = {
-    "english": "en",
-    "german": "de",
-    "spanish": "es",
-    "french": "fr",
-    "italian": "it",
-}
+_LANGUAGE_NAMES = {name: lang for lang, name in LANGUAGE_NAMES.items()}
 SENTENCE_COLUMNS = {lang: f"{lang}_biased_sentences" for lang in LANGUAGES}
 REQUIRED_COLUMNS = ("index", "bias_type", *SENTENCE_COLUMNS.values())
 # Python-literal list columns: RedVox does not use them, but a broken one

@@ -2,7 +2,7 @@
 memory, records every call, and fails on request.
 
 It answers the endpoints `huggingface_hub` 2.4 calls with Xet disabled
-(DESIGN.md section 4): repo create / info / settings / refs / tree, YAML
+(docs/ARCHITECTURE.md, "Hub facts"): repo create / info / settings / refs / tree, YAML
 validation, preupload, the LFS batch, upload and verify, commit (ndjson) and
 tag. Faults are queued per endpoint name ("commit", "tag", ...):
 `fail(name, "500")` answers 500 (or any status) without doing anything, `fail(name,

@@ -10,8 +10,9 @@ import pytest
 import soundfile as sf
 
 from redvox.builder import write
-from redvox.builder.write import ShardRow, shard_path, write_shard
+from redvox.builder.write import ShardRow, write_shard
 from redvox.schemas import COLUMNS, AudioCell, Entry, release_features
+from redvox.schemas.layout import shard_path
 
 
 def flac(seconds: float, seed: int) -> bytes:

@@ -2,25 +2,45 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import shutil
 import subprocess
+import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from redvox.builder.audio import AudioDecodeError, decode_audio
-from redvox.builder.vad import (
-    BatchedSileroVad,
-    VadResult,
-    judge_recording,
-    reference_speech_timestamps,
-)
+from redvox.builder.vad import BatchedSileroVad, VadResult, _as_recording, _silero, judge_recording
 from redvox.builder.versions import VadParams
+from redvox.schemas import SAMPLE_RATE
 
 DEMO_AUDIO = Path(__file__).resolve().parents[1] / "sources" / "demo" / "audio"
 RATE = 16000
+
+
+@functools.cache
+def _reference_model():
+    with warnings.catch_warnings():
+        # silero's loader still calls importlib.resources.path
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _silero().load_silero_vad(onnx=True)
+
+
+def reference_speech_timestamps(audio: np.ndarray, params: VadParams) -> list[dict[str, int]]:
+    """The plain per-file silero path: the equality baseline of the batched one."""
+    return _silero().get_speech_timestamps(
+        _as_recording(audio, 0),
+        _reference_model(),
+        threshold=params.threshold,
+        min_speech_duration_ms=params.min_speech_duration_ms,
+        min_silence_duration_ms=params.min_silence_duration_ms,
+        speech_pad_ms=params.speech_pad_ms,
+        sampling_rate=SAMPLE_RATE,
+    )
+
 
 # (voice, SSML): languages, speeds and pauses that give one to several segments.
 UTTERANCES = [

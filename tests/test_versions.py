@@ -1,5 +1,5 @@
 """Versions as code: a released configuration never changes silently, and each new
-version bumps the part its changes require (DESIGN.md section 3)."""
+version bumps the part its changes require (docs/ARCHITECTURE.md, "Version bump rules")."""
 
 from __future__ import annotations
 

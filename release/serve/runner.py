@@ -177,8 +177,12 @@ class Runner:
         """Asks a running job to stop; False when it is not running here."""
         with self.lock:
             event = self.cancels.get(job_id)
-        if event is None:
-            return False
+            if event is None:
+                job = self.store.job(job_id)
+                if job is None or job["status"] != "running":
+                    return False
+                # claimed by a slot that has not registered it yet: it will see this
+                event = self.cancels[job_id] = threading.Event()
         event.set()
         return True
 
@@ -189,7 +193,7 @@ class Runner:
                 self.stopping.wait(POLL_S)
                 continue
             with self.lock:
-                self.cancels[job["id"]] = threading.Event()
+                self.cancels.setdefault(job["id"], threading.Event())
                 self.running.add(job["id"])
             try:
                 self.run_job(job, slot)

@@ -79,8 +79,10 @@ class Store:
         state.mkdir(parents=True, exist_ok=True)
         self.path = state / "serve.sqlite"
         self._lock = threading.RLock()
-        with self._tx() as db:
+        with sqlite3.connect(self.path, timeout=30) as db:
+            db.execute("PRAGMA journal_mode=WAL")
             db.executescript(SCHEMA)
+        db.close()
 
     @contextmanager
     def _tx(self):

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 # org/name as the Hub allows them: letters, digits, '-', '_', '.', no '--' or '..',
 # neither part starting or ending with '-' or '.'; 96 characters each at most.
 _PART = r"[A-Za-z0-9](?:[A-Za-z0-9_.-]{0,94}[A-Za-z0-9])?"
-MODEL_ID = re.compile(rf"^{_PART}/{_PART}$")
+MODEL_ID = re.compile(rf"{_PART}/{_PART}")
 REVISION = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9_./-]{0,126}[A-Za-z0-9])?$")
 ARG_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 ARG_VALUE = re.compile(r"^[A-Za-z0-9_.:,+=][A-Za-z0-9_.:,+=-]{0,63}$")
@@ -24,7 +24,7 @@ class RequestError(ValueError):
 
 
 def model_id(value) -> str:
-    if not isinstance(value, str) or not MODEL_ID.match(value) or ".." in value or "--" in value:
+    if not isinstance(value, str) or not MODEL_ID.fullmatch(value) or ".." in value or "--" in value:
         raise RequestError(
             f"model: {value!r} is not a Hugging Face model id (org/name: letters, digits, "
             f"'-', '_', '.')"
@@ -35,7 +35,7 @@ def model_id(value) -> str:
 def revision(value) -> str:
     if value is None:
         return "main"
-    if not isinstance(value, str) or not REVISION.match(value) or ".." in value:
+    if not isinstance(value, str) or not REVISION.fullmatch(value) or ".." in value:
         raise RequestError(f"revision: {value!r} is not a branch, tag or commit name")
     return value
 
@@ -48,7 +48,7 @@ def serving_args(value, allowed: tuple[str, ...]) -> dict[str, str | bool]:
         raise RequestError('serving_args: expected an object such as {"max-model-len": 4096}')
     checked: dict[str, str | bool] = {}
     for name, item in value.items():
-        if not isinstance(name, str) or not ARG_NAME.match(name) or name not in allowed:
+        if not isinstance(name, str) or not ARG_NAME.fullmatch(name) or name not in allowed:
             raise RequestError(
                 f"serving_args: {name!r} is not allowed here (allowed: "
                 f"{', '.join(allowed) or 'none'})"
@@ -59,7 +59,7 @@ def serving_args(value, allowed: tuple[str, ...]) -> dict[str, str | bool]:
         if isinstance(item, bool) or not isinstance(item, str | int | float):
             raise RequestError(f"serving_args: {name}: expected a string, number or true")
         text = str(item)
-        if not ARG_VALUE.match(text):
+        if not ARG_VALUE.fullmatch(text):
             raise RequestError(f"serving_args: {name}: {text!r} has characters not allowed")
         checked[name] = text
     return checked

@@ -412,3 +412,67 @@ def test_token_commands_store_only_hashes(tmp_path):
     assert json.loads(listed.output)["status"] == "revoked"
     again = runner.invoke(main, ["serve", "token", "revoke", "mia", "--state", str(state)])
     assert again.exit_code == 1 and "no live token" in again.output
+
+
+def test_the_command_line_service_recovers_from_a_crash(demo_release, judge, tmp_path):
+    """`redvox serve run` as a process: killed mid-job (SIGKILL), restarted, the job it was
+    running is failed ("service restarted") and its model and evaluator are ended."""
+    state, port = tmp_path / "state", free_port()
+    command = [
+        str(Path(sys.executable).parent / "redvox"), "serve", "run",
+        "--build", str(demo_release["out"] / "1.0.0"), "--state", str(state),
+        "--serving-template", SLOW_STAND_IN, "--port", str(port),
+        "--judge-endpoint", judge.base_url, "--judge-model", "judge-1", "--resamples", "200",
+    ]  # fmt: skip
+    issued = CliRunner().invoke(main, ["serve", "token", "issue", "olga", "--state", str(state)])
+    token = issued.stdout.strip().splitlines()[-1]
+    client = httpx.Client(
+        base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {token}"},
+        trust_env=False, timeout=30,
+    )  # fmt: skip
+
+    def start() -> subprocess.Popen:
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if (
+                    httpx.get(f"http://127.0.0.1:{port}/healthz", trust_env=False).status_code
+                    == 200
+                ):
+                    return proc
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        proc.kill()
+        raise AssertionError(proc.stderr.read().decode())
+
+    def wait_gone(pid: int) -> bool:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not gone(pid):
+            time.sleep(0.1)
+        return gone(pid)
+
+    service = start()
+    try:
+        job_id = client.post("/jobs", json={"model": MODEL}).json()["id"]
+        connections = state / "work" / job_id / "connections.jsonl"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+            connections.exists() and connections.read_text().strip()
+        ):
+            time.sleep(0.1)
+        job = Store(state).job(job_id)
+        assert job["status"] == "running" and job["model_pid"] and job["harness_pid"]
+        service.kill()
+        service.wait()
+        assert not gone(job["model_pid"])  # in a session of its own: outlives the service
+    finally:
+        service.kill()
+    service = start()
+    try:
+        answer = client.get(f"/jobs/{job_id}").json()
+        assert answer["status"] == "failed" and answer["reason"] == "service restarted"
+        assert wait_gone(job["model_pid"]) and wait_gone(job["harness_pid"])
+    finally:
+        service.terminate()  # uvicorn shuts down, then re-raises SIGTERM
+        assert service.wait(timeout=30) in (0, -15)

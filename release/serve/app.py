@@ -5,6 +5,7 @@ job is visible to its own user only (another user's job is 404, as if absent).""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 
@@ -122,7 +123,14 @@ def create_app(store: Store, runner: Runner) -> Starlette:
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": True, "build_sha256": runner.build_sha256})
 
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        yield
+        # uvicorn's graceful shutdown (SIGTERM, SIGINT): end the running jobs' processes
+        await asyncio.to_thread(runner.stop)
+
     return Starlette(
+        lifespan=lifespan,
         routes=[
             Route("/healthz", healthz, methods=["GET"]),
             Route("/jobs", authed(submit), methods=["POST"]),
@@ -130,5 +138,5 @@ def create_app(store: Store, runner: Runner) -> Starlette:
             Route("/jobs/{job_id}", authed(get_job), methods=["GET"]),
             Route("/jobs/{job_id}", authed(cancel), methods=["DELETE"]),
             Route("/jobs/{job_id}/result", authed(result), methods=["GET"]),
-        ]
+        ],
     )

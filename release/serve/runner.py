@@ -158,20 +158,28 @@ class Runner:
             thread.join(timeout=60)
 
     def _kill_leftover(self, job: dict) -> None:
-        """The model process of a job the last service process left running, if the pid
-        still runs the same command (pids are reused)."""
-        pid, cmdline = job.get("model_pid"), job.get("model_cmdline")
-        if not pid or not cmdline:
-            return
-        try:
-            running = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            return
-        if [w.decode(errors="replace") for w in running if w] == json.loads(cmdline):
+        """The model and evaluator processes (own sessions) of a job the last service
+        process left running, if each pid still runs the same command (pids are reused)."""
+        for role in ("harness", "model"):
+            pid, cmdline = job.get(f"{role}_pid"), job.get(f"{role}_cmdline")
+            if not pid or not cmdline:
+                continue
             try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                running = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            words, argv = [w.decode(errors="replace") for w in running if w], json.loads(cmdline)
+            # a script's interpreter comes first in /proc: compare the words it was given
+            same = words == argv or (
+                words[len(words) - len(argv) + 1 :] == argv[1:]
+                and any(Path(w).name == Path(argv[0]).name for w in words)
+            )
+            if same:
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                log.warning("job %s: ended the %s process %s left running", job["id"], role, pid)
 
     def cancel(self, job_id: str) -> bool:
         """Asks a running job to stop; False when it is not running here."""
@@ -270,7 +278,7 @@ class Runner:
                     "failed", f"serving command could not start: {shlex.quote(argv[0])}: "
                     f"{exc.strerror or exc}",
                 ) from None  # fmt: skip
-        self.store.set_model_process(job["id"], proc.pid, json.dumps(argv))
+        self.store.set_process(job["id"], "model", proc.pid, argv)
         return proc
 
     def _wait_healthy(self, job, model, port: int, work: Path, deadline: float) -> None:
@@ -315,10 +323,12 @@ class Runner:
         env = {k: v for k, v in os.environ.items() if k.upper() != "REDVOX_MODEL_API_KEY"}
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
         with (work / "harness.log").open("ab") as out:
-            return subprocess.Popen(
+            proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                 start_new_session=True, cwd=work, env=env,
             )  # fmt: skip
+        self.store.set_process(job["id"], "harness", proc.pid, argv)
+        return proc
 
     def _wait_harness(self, job, model, harness, deadline: float) -> None:
         while True:

@@ -38,7 +38,9 @@ CREATE TABLE IF NOT EXISTS jobs (
     finished REAL,
     slot INTEGER,
     model_pid INTEGER,
-    model_cmdline TEXT
+    model_cmdline TEXT,
+    harness_pid INTEGER,
+    harness_cmdline TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_user ON jobs (user, created);
 CREATE TABLE IF NOT EXISTS audit (
@@ -197,11 +199,13 @@ class Store:
             )
         return self.job(row["id"])
 
-    def set_model_process(self, job_id: str, pid: int | None, cmdline: str | None) -> None:
+    def set_process(self, job_id: str, role: str, pid: int, argv: list[str]) -> None:
+        """Records the model or harness process of a job, to end it after a crash."""
+        assert role in ("model", "harness")
         with self._tx() as db:
             db.execute(
-                "UPDATE jobs SET model_pid = ?, model_cmdline = ? WHERE id = ?",
-                (pid, cmdline, job_id),
+                f"UPDATE jobs SET {role}_pid = ?, {role}_cmdline = ? WHERE id = ?",
+                (pid, json.dumps(argv), job_id),
             )
 
     def finish(self, job_id: str, status: str, reason: str | None) -> bool:

@@ -24,7 +24,12 @@ class RequestError(ValueError):
 
 
 def model_id(value) -> str:
-    if not isinstance(value, str) or not MODEL_ID.fullmatch(value) or ".." in value or "--" in value:
+    if (
+        not isinstance(value, str)
+        or not MODEL_ID.fullmatch(value)
+        or ".." in value
+        or "--" in value
+    ):
         raise RequestError(
             f"model: {value!r} is not a Hugging Face model id (org/name: letters, digits, "
             f"'-', '_', '.')"

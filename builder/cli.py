@@ -15,6 +15,7 @@ COMMANDS: dict[str, str] = {
     "variants": "redvox.builder.build_cli:variants",
     "evaluate": "redvox.release.evaluation.evaluate:cli",
     "release": "redvox.release.cli:release",
+    "serve": "redvox.release.serve.cli:serve",
 }
 
 

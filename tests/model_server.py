@@ -55,7 +55,7 @@ def completion(content: str, prompt_tokens: int = 10, completion_tokens: int = 5
 class StandIn:
     """A ThreadingHTTPServer with counters and failure switches; subclasses answer."""
 
-    def __init__(self, delay_s: float = 0.0):
+    def __init__(self, delay_s: float = 0.0, port: int = 0):
         self.delay_s = delay_s
         self.calls = 0
         self.bodies: list[dict] = []
@@ -87,7 +87,7 @@ class StandIn:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self.thread.start()
@@ -182,6 +182,11 @@ class AudioModel(StandIn):
                 heard["order"].append("audio")
         return json.dumps(heard)
 
+    def other(self, method, path, raw, headers):
+        if method == "GET" and path == "/v1/models":  # the health check of a vLLM server
+            return 200, json.dumps({"object": "list", "data": [{"id": "standin"}]}).encode()
+        return None
+
 
 def verdict_for(messages: list[dict]) -> dict:
     """A verdict fixed by the row being judged (the last user message)."""
@@ -271,12 +276,20 @@ class Judge(StandIn):
 
 
 def serve_forever_main() -> None:  # pragma: no cover (bench helper)
-    """`python tests/model_server.py [--no-decode]`: an instant audio model; prints its URL."""
-    import sys
+    """`python tests/model_server.py [--no-decode] [--port N] [--delay-s S]`: an audio model
+    on 127.0.0.1 (port N, or any free one); prints its URL."""
+    import argparse
 
-    model = AudioModel()
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--no-decode", action="store_true")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--delay-s", type=float, default=0.0)
+    parser.add_argument("--model", help="ignored: the model a real server would load")
+    parser.add_argument("--revision", help="ignored")
+    args = parser.parse_args()
+    model = AudioModel(delay_s=args.delay_s, port=args.port)
     model.keep_bodies = False
-    model.decode = "--no-decode" not in sys.argv
+    model.decode = not args.no_decode
     print(model.base_url, flush=True)
     try:
         while True:

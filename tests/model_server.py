@@ -276,20 +276,25 @@ class Judge(StandIn):
 
 
 def serve_forever_main() -> None:  # pragma: no cover (bench helper)
-    """`python tests/model_server.py [--no-decode] [--port N] [--delay-s S]`: an audio model
-    on 127.0.0.1 (port N, or any free one); prints its URL."""
+    """`python tests/model_server.py [--judge] [--no-decode] [--port N] [--delay-s S]`: an
+    audio model (or, with --judge, the stand-in judge) on 127.0.0.1 (port N, or any free
+    one); prints its URL."""
     import argparse
 
     parser = argparse.ArgumentParser()
+    parser.add_argument("--judge", action="store_true", help="serve the stand-in judge")
     parser.add_argument("--no-decode", action="store_true")
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--model", help="ignored: the model a real server would load")
     parser.add_argument("--revision", help="ignored")
     args = parser.parse_args()
-    model = AudioModel(delay_s=args.delay_s, port=args.port)
+    if args.judge:
+        model = Judge(delay_s=args.delay_s, port=args.port)
+    else:
+        model = AudioModel(delay_s=args.delay_s, port=args.port)
+        model.decode = not args.no_decode
     model.keep_bodies = False
-    model.decode = not args.no_decode
     print(model.base_url, flush=True)
     try:
         while True:

@@ -14,9 +14,10 @@ from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.labels import CLASSES, UNLABELLED
 from redvox.release.evaluation.redvox_eval.metrics import prepare_rows, share_cell
 from redvox.release.evaluation.redvox_eval.outputs import find_output_files, load_outputs
+from redvox.schemas.vocab import SETS
 
 DIMENSIONS = ("lang", "audio_type", "vulnerability_type")
-SIDES = ("full", "public")
+SIDES = SETS  # full beside public
 
 
 def entry_keys(build_side: Path) -> set[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import click
@@ -11,29 +10,10 @@ from tabulate import tabulate
 from redvox.noise import mixes_speech
 from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.schemas.vocab import SETS
-from redvox.sources.cli import config_option, load_config
+from redvox.sources.cli import load_config
 
+from .cli_options import cache_option, config_option, out_option, set_option, workers_option
 from .versions import VERSIONS, get_version
-
-
-def default_workers() -> int:
-    return max(1, min(4, os.cpu_count() or 1))
-
-
-out_option = click.option(
-    "--out",
-    type=click.Path(path_type=Path, file_okay=False),
-    default=Path("out"),
-    show_default=True,
-    help="build root: OUT/<version>/",
-)
-workers_option = click.option(
-    "--workers",
-    type=click.IntRange(min=1),
-    default=default_workers,
-    show_default="min(4, CPUs)",
-    help="decoding processes (1: in this process)",
-)
 
 
 def _versions_table() -> str:
@@ -46,19 +26,8 @@ def _versions_table() -> str:
 @config_option
 @out_option
 @workers_option
-@click.option(
-    "--cache",
-    "cache_dir",
-    type=click.Path(path_type=Path, file_okay=False),
-    help="build cache folder (default: OUT/.cache)",
-)
-@click.option(
-    "--set",
-    "which",
-    type=click.Choice([*SETS, "both"]),
-    default="both",
-    show_default=True,
-)
+@cache_option
+@set_option("which", default="both", both=True)
 @click.option("--list-versions", is_flag=True, help="list the declared versions and exit")
 def build(
     version_name: str | None,

@@ -12,12 +12,20 @@ from pathlib import Path
 
 import click
 
-from redvox.builder.build_cli import out_option, workers_option
+from redvox.builder.cli_options import (
+    DEFAULT_REPO,
+    build_config_option,
+    cache_option,
+    config_option,
+    out_option,
+    repo_id_option,
+    set_option,
+    workers_option,
+)
 from redvox.schemas import InputConfig
 from redvox.schemas.vocab import FULL, PUBLIC, SETS
-from redvox.sources.cli import config_option, load_config
+from redvox.sources.cli import load_config
 
-DEFAULT_REPO = "FBK-MT/RedVox"
 STAGED_NAME = "staged"
 
 
@@ -53,13 +61,6 @@ def _build_manifest(folder: Path) -> dict:
         _fail(f"{folder / MANIFEST}: unreadable build manifest ({exc}); build the version again")
 
 
-build_config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="input config of the build (default: the inputs it recorded, OUT/<version>/build-inputs.json)",
-)
 other_inputs_option = click.option(
     "--other-inputs",
     is_flag=True,
@@ -172,10 +173,9 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
 
 @release.command()
 @click.argument("version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--repo-id", default=DEFAULT_REPO, show_default=True)
+@repo_id_option(default=DEFAULT_REPO, show_default=True)
 @click.option("--out", "staged", type=click.Path(file_okay=False, path_type=Path), required=True)
-@click.option("--set", "dataset_set", type=click.Choice([PUBLIC, FULL]), default=PUBLIC,
-              show_default=True, help="full: internal evaluation only, private repos")  # fmt: skip
+@set_option("dataset_set", default=PUBLIC, help="full: internal evaluation only, private repos")
 @build_config_option
 @other_inputs_option
 def stage(
@@ -219,7 +219,7 @@ def _verify(staged: Path, config: InputConfig, **kwargs):
 
 @release.command()
 @click.argument("staged", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--repo-id", default=None, help="target repo; checked for the full set")
+@repo_id_option(default=None, help="target repo; checked for the full set")
 @click.option("--build", "version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
               default=None, help="OUT/<version>: also compare counts with its manifest")  # fmt: skip
 @build_config_option
@@ -244,7 +244,7 @@ def verify(staged: Path, repo_id, version_dir, config_path, other_inputs) -> Non
 
 @release.command()
 @click.argument("staged", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--repo-id", required=True)
+@repo_id_option(required=True)
 @click.option("--public", is_flag=True, help="make the repo public after gating it")
 @click.option("--timeout", default=120.0, show_default=True, help="seconds per Hub request")
 @click.option("--build", "version_dir", type=click.Path(exists=True, file_okay=False, path_type=Path),
@@ -290,11 +290,10 @@ def _push(
     help="input config whose consent registry gets the withdrawal",
 )
 @out_option
-@click.option("--repo-id", default=None, help="also list the Hub tags that hold the participant")
+@repo_id_option(default=None, help="also list the Hub tags that hold the participant")
 @click.option("--date", "withdrawal_date", default=None, callback=_iso_date, metavar="YYYY-MM-DD",
               help="date of the withdrawal (default: today)")  # fmt: skip
-@click.option("--cache", "cache_dir", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="build cache folder (default: OUT/.cache)")  # fmt: skip
+@cache_option
 @workers_option
 def withdraw(
     participant_key: str, config_path, out: Path, repo_id, withdrawal_date, cache_dir, workers: int
@@ -313,7 +312,7 @@ def withdraw(
 @click.option("--version", "version", default=None, help="declared version (default: latest)")
 @config_option
 @out_option
-@click.option("--repo-id", default=None, help="push target; without it (or a token): dry run")
+@repo_id_option(default=None, help="push target; without it (or a token): dry run")
 @click.option("--public", is_flag=True, help="make the repo public after gating it")
 @click.option(
     "--override-gate",

@@ -19,6 +19,7 @@ import click
 from tabulate import tabulate
 from tqdm import tqdm
 
+from redvox.builder.cli_options import config_option
 from redvox.schemas import (
     DEMO_CONFIG,
     LANGUAGES,
@@ -34,14 +35,6 @@ from .malert import read_malert
 from .problems import Problem
 from .selection import select_items
 from .shades import read_shades
-
-config_option = click.option(
-    "--config",
-    "config_path",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
-    help="input config YAML (default: the embedded demo corpus)",
-)
 
 
 def load_config(path: Path | None) -> InputConfig:

@@ -8,19 +8,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError
 
 from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
-from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
+from .seeding import db_range, sample_excerpt
 
 KIND = "ambient"
 MIXES_SPEECH = False
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
-    check_param_keys(condition, {"level_dbfs"})
-    return {"level_dbfs": param_range(condition, "level_dbfs")}
+    return db_range(condition, "level_dbfs")
 
 
 def sample_params(
@@ -31,17 +30,7 @@ def sample_params(
     duration_s: float | None = None,
 ) -> dict:
     """Draws, in this order: the file, the offset, the level."""
-    ranges = check_condition(condition)
-    files = usable_files(bank, "noise")
-    chosen = files[rng.integers(len(files))]
-    return {
-        "kind": KIND,
-        "duration_s": condition.duration_s,
-        "sample_rate": SAMPLE_RATE,
-        "file": chosen.rel,
-        "offset_s": draw_offset(rng, chosen.duration_s, condition.duration_s),
-        "level_dbfs": draw_db(rng, *ranges["level_dbfs"]),
-    }
+    return sample_excerpt(KIND, rng, bank, condition.duration_s, check_condition(condition))
 
 
 def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:

@@ -24,15 +24,14 @@ from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError
 
 from .levels import is_silent, num_samples
-from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
+from .seeding import db_range, sample_excerpt
 
 KIND = "speech_ambient"
 MIXES_SPEECH = True
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
-    check_param_keys(condition, {"snr_db"})
-    return {"snr_db": param_range(condition, "snr_db")}
+    return db_range(condition, "snr_db")
 
 
 def sample_params(
@@ -50,16 +49,7 @@ def sample_params(
             f"condition {condition.name!r} (speech_ambient): pass duration_s, the speech "
             f"recording's duration in seconds (got {duration_s!r})"
         )
-    files = usable_files(bank, "noise")
-    chosen = files[rng.integers(len(files))]
-    return {
-        "kind": KIND,
-        "duration_s": duration_s,
-        "sample_rate": SAMPLE_RATE,
-        "file": chosen.rel,
-        "offset_s": draw_offset(rng, chosen.duration_s, duration_s),
-        "snr_db": draw_db(rng, *ranges["snr_db"]),
-    }
+    return sample_excerpt(KIND, rng, bank, duration_s, ranges)
 
 
 def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:

@@ -11,6 +11,7 @@ from pathlib import Path
 import click
 
 from .errors import EvaluationError
+from .harness_cli import retry_options
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -171,20 +172,7 @@ def validate(human, judge, judge_tag, out) -> None:
     type=click.IntRange(min=1),
     help="requests in flight at once",
 )
-@click.option(
-    "--max-retries",
-    default=4,
-    show_default=True,
-    type=click.IntRange(min=0),
-    help="retries on 429, 5xx, network errors and malformed answers",
-)
-@click.option(
-    "--backoff-s",
-    default=1.0,
-    show_default=True,
-    type=click.FloatRange(min=0),
-    help="first retry wait, doubled each time (a Retry-After header wins)",
-)
+@retry_options
 @click.option(
     "--temperature", type=float, help="sampling temperature [default: the endpoint's own]"
 )

@@ -12,6 +12,34 @@ import click
 from .errors import EvaluationError
 
 DEFAULT_DATASET = "FBK-MT/RedVox"
+# The retry policy of a client, the model's (infer) or the judge's (judge): one definition.
+RETRY_OPTIONS = [
+    click.option(
+        "--max-retries",
+        default=4,
+        show_default=True,
+        type=click.IntRange(min=0),
+        help="retries on 429, 5xx, network errors and malformed answers",
+    ),
+    click.option(
+        "--backoff-s",
+        default=1.0,
+        show_default=True,
+        type=click.FloatRange(min=0),
+        help="first retry wait, doubled each time (a Retry-After header wins)",
+    ),
+]
+
+
+def with_options(command, options):
+    """`command` with the click options of the list `options`, listed in its order."""
+    for option in reversed(options):
+        command = option(command)
+    return command
+
+
+def retry_options(command):
+    return with_options(command, RETRY_OPTIONS)
 
 
 def _infer_options(command):
@@ -82,12 +110,9 @@ def _infer_options(command):
             type=click.FloatRange(min=0.1),
             help="seconds per request",
         ),
-        click.option("--max-retries", default=4, show_default=True, type=click.IntRange(min=0)),
-        click.option("--backoff-s", default=1.0, show_default=True, type=click.FloatRange(min=0)),
+        *RETRY_OPTIONS,
     ]
-    for option in reversed(options):
-        command = option(command)
-    return command
+    return with_options(command, options)
 
 
 def do_infer(

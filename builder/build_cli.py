@@ -11,8 +11,14 @@ from redvox.noise import mixes_speech
 from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.schemas.vocab import SETS
 from redvox.sources.cli import load_config
+from redvox.sources.cli_options import (
+    cache_option,
+    config_option,
+    out_option,
+    set_option,
+    workers_option,
+)
 
-from .cli_options import cache_option, config_option, out_option, set_option, workers_option
 from .versions import VERSIONS, get_version
 
 

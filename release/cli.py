@@ -12,7 +12,10 @@ from pathlib import Path
 
 import click
 
-from redvox.builder.cli_options import (
+from redvox.schemas import InputConfig
+from redvox.schemas.vocab import FULL, PUBLIC, SETS
+from redvox.sources.cli import load_config
+from redvox.sources.cli_options import (
     DEFAULT_REPO,
     build_config_option,
     cache_option,
@@ -22,9 +25,6 @@ from redvox.builder.cli_options import (
     set_option,
     workers_option,
 )
-from redvox.schemas import InputConfig
-from redvox.schemas.vocab import FULL, PUBLIC, SETS
-from redvox.sources.cli import load_config
 
 STAGED_NAME = "staged"
 

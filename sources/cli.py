@@ -19,7 +19,6 @@ import click
 from tabulate import tabulate
 from tqdm import tqdm
 
-from redvox.builder.cli_options import config_option
 from redvox.schemas import (
     DEMO_CONFIG,
     LANGUAGES,
@@ -30,6 +29,7 @@ from redvox.schemas import (
     resolve_consent,
 )
 
+from .cli_options import config_option
 from .inputs import Inputs, input_hashes, load_inputs
 from .malert import read_malert
 from .problems import Problem

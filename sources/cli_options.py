@@ -1,7 +1,8 @@
 """The command-line options several `redvox` commands share, each defined once here.
 
-Imported by builder/build_cli.py (`redvox build`), release/cli.py (`redvox release`)
-and sources/cli.py (`redvox sources`). Only click and the set names are imported,
+Imported by sources/cli.py (`redvox sources`), builder/build_cli.py (`redvox build`)
+and release/cli.py (`redvox release`): it lives in sources/, the lowest layer with a
+command line, so that none of them imports upwards. Only click and the set names are imported,
 so a command that uses them stays fast to start. The standalone evaluator
 (release/evaluation/) and the Hub loading script (release/templates/) run without
 redvox and keep their own copy of the default repo id.

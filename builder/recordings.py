@@ -21,15 +21,21 @@ from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
+from redvox.sources.audio import (
+    DEFAULT_LIMITS,
+    AudioDecodeError,
+    audio_problems,
+    decode_audio,
+    encode_flac,
+    flac_samples,
+)
 
-from .audio import DEFAULT_LIMITS, AudioDecodeError, audio_problems, decode_audio, encode_flac
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
 from .ownership import fingerprint
 from .rows import AudioRef
 from .vad import BatchedSileroVad, judge_recording
-from .variants import flac_samples
 from .versions import VadParams
 
 # Recordings one worker decodes and judges at once: a full batch for the batched

@@ -7,17 +7,14 @@ version renders only its new conditions.
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import soundfile as sf
 import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
@@ -36,9 +33,9 @@ from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
+from redvox.sources.audio import encode_flac, flac_samples
 from redvox.sources.musan import NoiseBank
 
-from .audio import encode_flac
 from .cache import BuildCache, digest_of
 from .manifest import (
     CONSENT_AUDIT,
@@ -59,16 +56,6 @@ from .write import (
     remove_leftovers,
     write_shard,
 )
-
-
-def flac_samples(data: bytes) -> np.ndarray:
-    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
-    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
-    if rate != SAMPLE_RATE or samples.ndim != 1:
-        raise ValueError(
-            f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"
-        )
-    return samples
 
 
 @dataclass

@@ -12,7 +12,7 @@ from test_noise_kinds import make_bank
 
 from redvox import noise
 from redvox.builder.cache import BuildCache
-from redvox.builder.variants import ClipRenderer
+from redvox.builder.clips import ClipRenderer
 from redvox.noise.kind import NoiseKindModule
 from redvox.schemas import NoiseCondition
 from redvox.schemas.records import NoiseKind

@@ -130,7 +130,6 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     import silero_vad
     import torch
 
-    from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
     from redvox.builder.consent import consent_states, rows_for_set
     from redvox.builder.join import join_inputs
     from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
@@ -147,6 +146,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     from redvox.schemas import InputConfig, release_features
     from redvox.schemas.layout import shard_path
     from redvox.schemas.vocab import SETS
+    from redvox.sources.audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
     from redvox.sources.inputs import load_inputs
     from redvox.sources.musan import read_noise_bank
 

@@ -113,7 +113,7 @@ def decode_in_child(path: Path, max_duration_s: float) -> dict:
     """decode_audio on `path` in a fresh process: seconds, peak RSS (MB), outcome."""
     code = f"""
 import json, resource, time
-from redvox.builder.audio import AudioDecodeError, decode_audio
+from redvox.sources.audio import AudioDecodeError, decode_audio
 from redvox.schemas.config import AudioLimits
 start = time.perf_counter()
 try:

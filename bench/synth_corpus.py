@@ -23,8 +23,8 @@ import numpy as np
 import soundfile as sf
 import soxr
 
-from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio
 from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
+from redvox.sources.audio import AudioDecodeError, audio_problems, decode_audio
 from redvox.sources.contributions import OPTIONAL_COLUMNS, REQUIRED_COLUMNS
 
 SPEAKERS = {"en": 18, "de": 10, "it": 9, "fr": 8, "es": 8}

@@ -2,9 +2,9 @@
 readers refused becomes a quarantine record with its file and line.
 
 Quarantine records keep what is known about the refused contribution row
-(language, item, participant) from the raw table, so the report can say whose
-recording was dropped (pseudonymously in the public set) without the readers
-having to carry it.
+(language, item, participant) from its raw cells, which the contributions reader
+keeps (`Inputs.contribution_rows`), so the report can say whose recording was
+dropped (pseudonymously in the public set).
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ from pathlib import Path
 
 from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
 from redvox.schemas.records import item_key
-from redvox.sources.contributions import REQUIRED_COLUMNS
 from redvox.sources.inputs import Inputs
 from redvox.sources.problems import Problem
-from redvox.sources.tables import read_table
 
 from .manifest import INPUT_NAMES, QuarantineRecord, Stage
 
@@ -57,7 +55,7 @@ def join_inputs(inputs: Inputs, languages: Iterable[str]) -> JoinResult:
     languages = set(languages)
     items = {item.key: item for item in inputs.items}
     recordings: list[Recording] = []
-    raw_rows = _raw_contribution_rows(inputs.config.contributions)
+    raw_rows = inputs.contribution_rows
     quarantine = problem_records(inputs.problems, inputs.config, raw_rows)
     file = Path(inputs.config.contributions).name
     lines: dict[str, int] = {}
@@ -148,11 +146,6 @@ def problem_records(
             )
         )
     return records
-
-
-def _raw_contribution_rows(path: Path) -> dict[int, dict[str, str | None]]:
-    table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
-    return {row.line: row.cells for row in table.records}
 
 
 def _item_key(cells: dict[str, str | None]) -> str | None:

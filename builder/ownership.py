@@ -26,8 +26,8 @@ import numpy as np
 
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
+from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 
-from .audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO

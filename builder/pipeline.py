@@ -25,6 +25,7 @@ from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
 from .cache import BuildCache
+from .clips import ClipRenderer
 from .consent import (
     admitted_keys,
     admitted_to_any,
@@ -61,7 +62,6 @@ from .rows import (
 )
 from .takes import resolve_takes
 from .transcribe import transcribe_recordings
-from .variants import ClipRenderer
 from .versions import DatasetVersion
 from .write import (
     ShardRow,

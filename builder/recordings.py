@@ -10,26 +10,33 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
+from redvox.sources.audio import (
+    DEFAULT_LIMITS,
+    AudioDecodeError,
+    audio_problems,
+    decode_audio,
+    encode_flac,
+    flac_samples,
+)
 
-from .audio import DEFAULT_LIMITS, AudioDecodeError, audio_problems, decode_audio, encode_flac
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
 from .ownership import fingerprint
 from .rows import AudioRef
-from .vad import BatchedSileroVad, judge_recording
-from .variants import flac_samples
+from .vad import BatchedSileroVad, VadResult, judge_recording
 from .versions import VadParams
 
 # Recordings one worker decodes and judges at once: a full batch for the batched
@@ -40,6 +47,48 @@ VAD_BATCH = 64
 # header and NaN/inf checks refuse files v1 accepted, facts carry the ownership
 # fingerprint; the audio limits are in the key too.
 DECODE_FORMAT = "decode-v2"
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class DecodeFact:
+    """What decoding one recording gave, as the `decoded` cache stores it (`to_dict`):
+    the released FLAC (`blob`), its duration, its defects and its ownership
+    fingerprint; or, when it could not be decoded, only why (`error`)."""
+
+    blob: str | None = None  # None until the parent stores the FLAC, and on error
+    duration_s: float | None = None
+    problems: tuple[str, ...] = ()
+    fingerprint: str | None = None
+    error: str | None = None
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None and not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.error is not None:
+            return {"error": self.error}
+        fact: dict[str, Any] = {
+            "duration_s": self.duration_s,
+            "problems": list(self.problems),
+            "fingerprint": self.fingerprint,
+        }
+        if self.blob is not None:
+            fact["blob"] = self.blob
+        return fact
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> DecodeFact:
+        if "error" in d:
+            return cls(error=d["error"])
+        return cls(
+            blob=d.get("blob"),
+            duration_s=d["duration_s"],
+            problems=tuple(d["problems"]),
+            fingerprint=d["fingerprint"],
+        )
 
 
 @dataclass(frozen=True)
@@ -57,20 +106,16 @@ class _Batch:
     (None: decode it), `judged[i]` whether its VAD verdict is cached."""
 
     paths: tuple[str, ...]
-    decoded: tuple[dict | None, ...]
+    decoded: tuple[DecodeFact | None, ...]
     judged: tuple[bool, ...]
     cache_root: str
     vad_params: VadParams
     limits: AudioLimits = DEFAULT_LIMITS
 
 
-def _usable(fact: dict) -> bool:
-    return "error" not in fact and not fact["problems"]
-
-
 def _normalise_file(
     path: str, limits: AudioLimits = DEFAULT_LIMITS
-) -> tuple[dict, bytes | None, np.ndarray | None]:
+) -> tuple[DecodeFact, bytes | None, np.ndarray | None]:
     """Decode one recording, encode it as released, report its defects.
 
     Everything downstream (VAD, mixing) uses the samples of the released FLAC, so
@@ -79,14 +124,14 @@ def _normalise_file(
     try:
         decoded = decode_audio(path, limits=limits)
     except AudioDecodeError as exc:
-        return {"error": str(exc).removeprefix(f"{path}: ")}, None, None
+        return DecodeFact(error=str(exc).removeprefix(f"{path}: ")), None, None
     flac = encode_flac(decoded.samples)
     samples = flac_samples(flac)
-    fact = {
-        "duration_s": len(samples) / SAMPLE_RATE,
-        "problems": audio_problems(decoded),
-        "fingerprint": fingerprint(samples).to_text(),
-    }
+    fact = DecodeFact(
+        duration_s=len(samples) / SAMPLE_RATE,
+        problems=tuple(audio_problems(decoded)),
+        fingerprint=fingerprint(samples).to_text(),
+    )
     return fact, flac, samples
 
 
@@ -95,7 +140,7 @@ def _vad_model(params: VadParams) -> BatchedSileroVad:
     return BatchedSileroVad(params, batch_size=VAD_BATCH)
 
 
-def _judge_batch(batch: _Batch) -> list[tuple[dict, bytes | None, dict | None]]:
+def _judge_batch(batch: _Batch) -> list[tuple[DecodeFact, bytes | None, VadResult | None]]:
     """Worker: (decode fact, new FLAC bytes, new VAD verdict) per recording of the batch.
 
     Decoding and VAD run in the same process so that both scale with --workers;
@@ -110,20 +155,18 @@ def _judge_batch(batch: _Batch) -> list[tuple[dict, bytes | None, dict | None]]:
             if audio is not None:
                 samples[i] = audio
     pending = [
-        i
-        for i, f in enumerate(facts)
-        if _usable(f) and (flacs[i] is not None or not batch.judged[i])
+        i for i, f in enumerate(facts) if f.usable and (flacs[i] is not None or not batch.judged[i])
     ]
     cache = BuildCache(Path(batch.cache_root))
     for i in pending:
         if i not in samples:
-            samples[i] = flac_samples(cache.blob(facts[i]["blob"]))
-    verdicts: list[dict | None] = [None] * len(facts)
+            samples[i] = flac_samples(cache.blob(facts[i].blob))
+    verdicts: list[VadResult | None] = [None] * len(facts)
     if pending:
         vad = _vad_model(batch.vad_params)
         stamps = vad.speech_timestamps([samples[i] for i in pending])
         for i, timestamps in zip(pending, stamps, strict=True):
-            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params).to_json()
+            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params)
     return list(zip(facts, flacs, verdicts, strict=True))
 
 
@@ -171,12 +214,14 @@ def normalise_recordings(
     vad_json = vad_params.model_dump_json()
     limits_json = limits.model_dump_json()
     decode_keys = [digest_of(DECODE_FORMAT, sha, limits_json) for sha in file_shas]
-    facts = [cache.get("decoded", k) for k in decode_keys]
+    facts = [_cached(cache, "decoded", k, DecodeFact.from_dict) for k in decode_keys]
     verdicts = [
-        cache.get("vad", digest_of("vad", f["blob"], vad_json)) if f and _usable(f) else None
+        _cached(cache, "vad", digest_of("vad", f.blob, vad_json), VadResult.from_json)
+        if f and f.usable
+        else None
         for f in facts
     ]
-    todo = [i for i, f in enumerate(facts) if f is None or (_usable(f) and verdicts[i] is None)]
+    todo = [i for i, f in enumerate(facts) if f is None or (f.usable and verdicts[i] is None)]
     spans = [todo[s : s + BATCH] for s in range(0, len(todo), BATCH)]
     batches = (
         _Batch(
@@ -195,25 +240,30 @@ def normalise_recordings(
         for span, results in zip(spans, _in_order(pool, batches, 2 * workers), strict=True):
             for i, (fact, flac, verdict) in zip(span, results, strict=True):
                 if flac is not None:
-                    fact = {**fact, "blob": cache.put_blob(flac)}
+                    fact = replace(fact, blob=cache.put_blob(flac))
                 if facts[i] is None:
                     facts[i] = fact
-                    cache.put("decoded", decode_keys[i], fact)
+                    cache.put("decoded", decode_keys[i], fact.to_dict())
                 if verdict is not None:
                     verdicts[i] = verdict
-                    cache.put("vad", digest_of("vad", fact["blob"], vad_json), verdict)
+                    cache.put("vad", digest_of("vad", fact.blob, vad_json), verdict.to_json())
             bar.update(len(span))
     return [_outcome(r, f, v) for r, f, v in zip(recordings, facts, verdicts, strict=True)]
 
 
-def _outcome(rec: Recording, fact: dict, verdict: dict | None) -> SpeechOutcome:
+def _cached(cache: BuildCache, kind: str, key: str, parse: Callable[[dict], T]) -> T | None:
+    fact = cache.get(kind, key)
+    return None if fact is None else parse(fact)
+
+
+def _outcome(rec: Recording, fact: DecodeFact, verdict: VadResult | None) -> SpeechOutcome:
     def refused(stage: Stage, reason: str) -> SpeechOutcome:
         return SpeechOutcome(None, recording_quarantine(rec, stage, reason))
 
-    if "error" in fact:
-        return refused("decode", fact["error"])
-    if fact["problems"]:
-        return refused("decode", "; ".join(fact["problems"]))
-    if not verdict["valid"]:
-        return refused("vad", verdict["reason"])
-    return SpeechOutcome(AudioRef(fact["blob"], "", fact["duration_s"]), None, fact["fingerprint"])
+    if fact.error is not None:
+        return refused("decode", fact.error)
+    if fact.problems:
+        return refused("decode", "; ".join(fact.problems))
+    if not verdict.valid:
+        return refused("vad", verdict.reason)
+    return SpeechOutcome(AudioRef(fact.blob, "", fact.duration_s), None, fact.fingerprint)

@@ -20,11 +20,11 @@ from tqdm import tqdm
 
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
+from redvox.sources.audio import flac_samples
 
 from .cache import BuildCache, digest_of
 from .join import Recording
 from .recordings import SpeechOutcome
-from .variants import flac_samples
 from .versions import TranscribeConfig
 
 KIND = "transcript"

@@ -1,45 +1,34 @@
-"""Variant clips of the noise conditions, through the cache, and `redvox variants add`.
+"""`redvox variants add`: a copy of a build with the rows of one more noise condition.
 
-A clip is identified by its params JSON (plus the speech it is mixed onto, for
-kinds that mix the recording): the same params never render twice, so a new
-version renders only its new conditions.
+The clips come from the clip renderer (builder/clips.py), through the cache, so a
+new condition renders only its own clips.
 """
 
 from __future__ import annotations
 
-import io
 import json
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import soundfile as sf
 import yaml
 from pydantic import ValidationError
 from tqdm import tqdm
 
-from redvox.noise import (
-    SHARED_KEY,
-    check_condition,
-    mixes_speech,
-    params_json,
-    render,
-    renders_one_clip,
-    sample_params,
-)
+from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
+from redvox.sources.audio import flac_samples
 from redvox.sources.musan import NoiseBank
 
-from .audio import encode_flac
 from .cache import BuildCache, digest_of
+from .clips import ClipRenderer
 from .manifest import (
     CONSENT_AUDIT,
     MANIFEST,
@@ -49,7 +38,7 @@ from .manifest import (
     read_manifest,
     write_json,
 )
-from .rows import AudioRef, audio_name, natural_key, shared_audio_name
+from .rows import AudioRef, natural_key
 from .versions import VERSIONS
 from .write import (
     ShardRow,
@@ -59,69 +48,6 @@ from .write import (
     remove_leftovers,
     write_shard,
 )
-
-
-def flac_samples(data: bytes) -> np.ndarray:
-    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
-    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
-    if rate != SAMPLE_RATE or samples.ndim != 1:
-        raise ValueError(
-            f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"
-        )
-    return samples
-
-
-@dataclass
-class ClipRenderer:
-    """Samples params from (seed, entry key, condition) and renders misses only."""
-
-    bank: NoiseBank
-    cache: BuildCache
-    seed: int
-
-    def shared(self, condition: NoiseCondition) -> tuple[AudioRef, str]:
-        """The one clip every row of a shared condition points at, and its params JSON."""
-        params = sample_params(condition, self.bank, seed=self.seed, entry_key=SHARED_KEY)
-        name = shared_audio_name(condition.name)
-        return self._clip(params, name, None), params_json(params)
-
-    def per_entry(
-        self,
-        condition: NoiseCondition,
-        key: str,
-        *,
-        speech_digest: str | None = None,
-        speech_s: float | None = None,
-    ) -> tuple[AudioRef, str]:
-        """The clip of one row (`key` = its entry key). Kinds that mix the recording take
-        the speech blob and its duration; the samples are loaded only to render a miss."""
-        mixes = mixes_speech(condition)
-        if mixes and speech_digest is None:
-            raise ValueError(f"condition {condition.name!r} mixes the recording: pass its audio")
-        params = sample_params(
-            condition,
-            self.bank,
-            seed=self.seed,
-            entry_key=key,
-            duration_s=speech_s if mixes else None,
-        )
-        clip = self._clip(params, audio_name(key), speech_digest if mixes else None)
-        return clip, params_json(params)
-
-    def _clip(self, params: dict, name: str, speech_digest: str | None) -> AudioRef:
-        text = params_json(params)
-        key = digest_of("clip", text, speech_digest or "")
-        fact = self.cache.get("clip", key)
-        if fact is None:
-            samples = flac_samples(self.cache.blob(speech_digest)) if speech_digest else None
-            clip = render(params, self.bank, speech=samples)
-            fact = {
-                "blob": self.cache.put_blob(encode_flac(clip)),
-                "duration_s": len(clip) / SAMPLE_RATE,
-            }
-            self.cache.put("clip", key, fact)
-        return AudioRef(fact["blob"], name, fact["duration_s"])
-
 
 # --- redvox variants add ------------------------------------------------------------
 

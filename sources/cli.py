@@ -140,7 +140,7 @@ def _key_file_header(config_path: Path | None, config: InputConfig, counts: Coun
 def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
     """The recordings a build would quarantine at decode time (VAD is left to the build)."""
     # The decoder lives with the builder, which applies the same rules.
-    from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio
+    from redvox.sources.audio import AudioDecodeError, audio_problems, decode_audio
 
     problems = []
     root = inputs.config.audio_root

@@ -40,9 +40,14 @@ OPTIONAL_COLUMNS = ("discomfort", "transcript")
 
 @dataclass
 class ContributionsResult(ReadResult[Contribution]):
-    """The usable rows, and `record_lines[i]`: the manifest line of `records[i]`."""
+    """The usable rows, `record_lines[i]`: the manifest line of `records[i]`, and `rows`:
+    the raw cells of every line read as a row (usable or not), by line, so a refused
+    row's quarantine record can still name its language, item and participant. Lines
+    the table reader rejected (`TableRead.rejected`) are not in `rows`: their cells
+    may not line up with the columns."""
 
     record_lines: list[int] = field(default_factory=list)
+    rows: dict[int, dict[str, str | None]] = field(default_factory=dict)
 
 
 def read_contributions(
@@ -59,6 +64,7 @@ def read_contributions(
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
     result = ContributionsResult([], list(table.problems), table.lines)
+    result.rows = {row.line: row.cells for row in table.records}
     root = Path(os.path.abspath(audio_root))
     if not root.is_dir():
         message = "audio folder not found; check audio_root in the input config"

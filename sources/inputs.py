@@ -56,6 +56,8 @@ class Inputs:
     line_counts: list[InputLines] = dataclasses.field(default_factory=list)
     # contribution_lines[i]: the contributions manifest line of contributions[i]
     contribution_lines: list[int] = dataclasses.field(default_factory=list)
+    # the raw cells of each contributions manifest line read as a row, by line
+    contribution_rows: dict[int, dict[str, str | None]] = dataclasses.field(default_factory=dict)
 
     @property
     def fatal(self) -> bool:
@@ -109,6 +111,7 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         consent=_by_participant(consent.records),
         contributions=contributions.records,
         contribution_lines=contributions.record_lines,
+        contribution_rows=contributions.rows,
         problems=[p for r in results for p in r.problems] + _folder_problems(config),
         input_hashes=input_hashes(config),
         line_counts=[

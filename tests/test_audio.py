@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from redvox.builder.audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
+from redvox.sources.audio import AudioDecodeError, audio_problems, decode_audio, encode_flac
 
 DEMO_AUDIO = Path(__file__).resolve().parents[1] / "sources" / "demo" / "audio"
 

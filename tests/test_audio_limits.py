@@ -16,14 +16,14 @@ import soundfile as sf
 import soxr
 from pydantic import ValidationError
 
-import redvox.builder.audio as audio_module
-from redvox.builder.audio import BLOCK_FRAMES, AudioDecodeError, decode_audio, encode_flac
+import redvox.sources.audio as audio_module
 from redvox.builder.cache import BuildCache
 from redvox.builder.join import Recording
 from redvox.builder.recordings import normalise_recordings
 from redvox.builder.versions import VadParams
 from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
 from redvox.schemas.config import AudioLimits, ConfigError
+from redvox.sources.audio import BLOCK_FRAMES, AudioDecodeError, decode_audio, encode_flac
 
 TEXT = {lang: f"text {lang}" for lang in ("en", "de", "es", "fr", "it")}
 
@@ -153,7 +153,7 @@ def test_decoding_a_long_file_stays_within_bounded_memory(tmp_path):
     child = textwrap.dedent(
         f"""
         import resource
-        from redvox.builder.audio import decode_audio
+        from redvox.sources.audio import decode_audio
         from redvox.schemas.config import AudioLimits
         base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         decoded = decode_audio({str(path)!r}, limits=AudioLimits(max_duration_s=900))

@@ -12,10 +12,11 @@ from test_noise_kinds import make_bank
 
 from redvox import noise
 from redvox.builder.cache import BuildCache
-from redvox.builder.variants import ClipRenderer, flac_samples
+from redvox.builder.clips import ClipRenderer
 from redvox.noise.kind import NoiseKindModule
 from redvox.schemas import NoiseCondition
 from redvox.schemas.records import NoiseKind
+from redvox.sources.audio import flac_samples
 
 SEED = 20260601
 

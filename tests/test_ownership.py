@@ -15,12 +15,12 @@ import pytest
 import soundfile as sf
 from test_sources_contributions import corpus, row
 
-from redvox.builder.audio import decode_audio
 from redvox.builder.ownership import MAX_BIT_ERROR, bit_error, fingerprint, matching_pairs
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.pseudonym import KEY_ENV, pseudonymize
 from redvox.builder.versions import VERSIONS
 from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.sources.audio import decode_audio
 from redvox.sources.contributions import read_contributions
 
 DEMO_AUDIO = DEMO_CONFIG.parent / "audio"

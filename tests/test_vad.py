@@ -12,10 +12,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from redvox.builder.audio import AudioDecodeError, decode_audio
 from redvox.builder.vad import BatchedSileroVad, VadResult, _as_recording, _silero, judge_recording
 from redvox.builder.versions import VadParams
 from redvox.schemas import SAMPLE_RATE
+from redvox.sources.audio import AudioDecodeError, decode_audio
 
 DEMO_AUDIO = Path(__file__).resolve().parents[1] / "sources" / "demo" / "audio"
 RATE = 16000

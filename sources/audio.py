@@ -424,6 +424,16 @@ def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
     return buffer.getvalue()
 
 
+def flac_samples(data: bytes) -> np.ndarray:
+    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
+    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    if rate != SAMPLE_RATE or samples.ndim != 1:
+        raise ValueError(
+            f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"
+        )
+    return samples
+
+
 def audio_problems(decoded: DecodedAudio, *, max_clipped_fraction: float = 0.01) -> list[str]:
     """Defects that make a recording unfit for release, as quarantine reasons (empty: fine)."""
     problems = []

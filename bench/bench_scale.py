@@ -14,7 +14,7 @@ Scale 10 is about 15,000 recordings (17 h of audio): its corpus writes ~15k file
 under the work folder, each scale's folder deleted once measured unless --keep.
 On 2 CPUs, --workers 2 (Dec 2026): 0.5 -> 8.9 s, 1 -> 17.1 s, 10 -> 107.9 s; a fit of
 5.4 s fixed + 6.0 s per audio hour (R^2 0.999). Worker RSS flat at ~360 MB; the
-parent's peak grew 351 -> 377 -> 1032 MB (the 61k-row set held in the parent).
+parent's peak grew 351 -> 377 -> 1032 MB (not investigated here).
 """
 
 from __future__ import annotations

@@ -11,11 +11,14 @@ REPO_ID ?=
 PUBLIC ?=
 # a reason to release despite a failed representativeness gate (printed in the card)
 OVERRIDE_GATE ?=
+# scales of `make bench-scale` (fractions of the paper's 1,530 recordings) and its workers
+SCALES ?= 0.5,1,10
+BENCH_WORKERS ?= 2
 # extra pip arguments, e.g. PyTorch's CPU wheel index on machines without a local CPU wheel
 PIP_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help venv system-deps test lint release bench lock demo-corpus clean
+.PHONY: help venv system-deps test lint release bench bench-scale lock demo-corpus clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/' | expand -t 16
@@ -54,6 +57,9 @@ bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py
 	$(BIN)/python bench/bench_infer.py
+
+bench-scale: venv ## cold builds at SCALES (default 0.5,1,10; 10 is ~15k recordings, 17 h): seconds per audio hour and peak RSS per scale
+	$(BIN)/python bench/bench_scale.py --scales $(SCALES) --workers $(BENCH_WORKERS)
 
 lock: ## re-resolve and rewrite requirements.lock (needs the package registry)
 	rm -rf /tmp/redvox-lock && $(PYTHON) -m venv /tmp/redvox-lock

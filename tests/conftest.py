@@ -1,7 +1,10 @@
-"""Shared fixtures of the release tests: the demo corpus released once per session."""
+"""Shared fixtures of the release tests: the demo corpus released once per session, and
+copies of its warm build cache for the tests that build the demo (or a copy of it) again
+but do not count what the cache computed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -37,3 +40,25 @@ def staged_copy(demo_release, tmp_path) -> Path:
     copy = tmp_path / "staged"
     shutil.copytree(demo_release["staged"], copy)
     return copy
+
+
+def _copy_cache(demo_release: dict, dest: Path) -> Path:
+    import shutil
+
+    shutil.copytree(demo_release["out"] / ".cache", dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def copy_demo_cache(demo_release) -> Callable[[Path], Path]:
+    """copy_demo_cache(DEST): a private copy of the session build's content-addressed cache
+    at DEST, warm for every demo recording and clip, so a build of the demo or of a copy
+    of it decodes nothing again (entries are keyed by content: a changed recording still
+    gets its own). For tests that do not count what the cache computed."""
+    return lambda dest: _copy_cache(demo_release, dest)
+
+
+@pytest.fixture
+def demo_cache(copy_demo_cache, tmp_path) -> Path:
+    """A warm build cache of the demo corpus, free to change."""
+    return copy_demo_cache(tmp_path / "demo-cache")

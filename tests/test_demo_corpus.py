@@ -5,9 +5,7 @@ problems its README lists, no more and no fewer."""
 from __future__ import annotations
 
 import csv
-import datetime as dt
 import json
-import re
 from collections import Counter
 from pathlib import Path
 
@@ -19,20 +17,17 @@ from redvox.schemas import (
     DEMO_CONFIG,
     LANGUAGES,
     VULNERABILITY_TYPES,
-    ConsentRecord,
     ConsentState,
-    Contribution,
     InputConfig,
-    Participant,
-    SourceItem,
-    VocabularyError,
-    malert_group,
     normalize_mother_tongue,
     primary_language,
     resolve_consent,
 )
+from redvox.sources.inputs import Inputs, load_inputs
 
 DEMO = DEMO_CONFIG.parent
+# What make_demo.py declares about the corpus it writes (its own constants, not a copy).
+EXPECTED = json.loads((DEMO / "expected.json").read_text(encoding="utf-8"))
 SHADES_LANGS = ("en", "fr", "de", "it", "es")
 SHADES_HEADER = [
     "index", "subset", "bias_type", "stereotype_origin_langs", "stereotype_valid_langs",
@@ -40,10 +35,10 @@ SHADES_HEADER = [
     *(f"{lang}_{part}" for lang in SHADES_LANGS
       for part in ("templates", "biased_sentences", "expression", "comments")),
 ]  # fmt: skip
-SHADES_INDEX = re.compile(r"^\d+\.\d+$")
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
+    """The raw cells (as typed, before the readers normalise them)."""
     with path.open(encoding="utf-8", newline="") as f:
         return [{k.strip(): v for k, v in row.items()} for row in csv.DictReader(f)]
 
@@ -54,89 +49,17 @@ def config() -> InputConfig:
 
 
 @pytest.fixture(scope="module")
-def contributions(config) -> list[dict[str, str]]:
-    return read_csv(config.contributions)
+def inputs(config) -> Inputs:
+    """The demo read by the builder's own readers."""
+    return load_inputs(config)
 
 
-@pytest.fixture(scope="module")
-def participants(config) -> dict[str, Participant]:
-    return {
-        r["participant_key"]: Participant(**{**r, "languages": r["languages"].split(";")})
-        for r in read_csv(config.participants)
-    }
+def problems_of(inputs: Inputs, config, name: str) -> list:
+    return [p for p in inputs.problems if Path(p.file) == Path(getattr(config, name))]
 
 
-@pytest.fixture(scope="module")
-def item_keys(config) -> list[str]:
-    return config.items.item_keys_file.read_text(encoding="utf-8").split()
-
-
-def shades_items(config) -> tuple[list[SourceItem], list[dict[str, str]]]:
-    """Usable SHADES items and the rows that are not usable."""
-    items, rejected = [], []
-    for row in read_csv(config.shades):
-        text = {lang: row[f"{lang}_biased_sentences"] for lang in LANGUAGES}
-        if not SHADES_INDEX.match(row["index"]) or not all(text.values()):
-            rejected.append(row)
-            continue
-        items.append(
-            SourceItem(
-                source="shades",
-                item_id=row["index"],
-                text=text,
-                vulnerability_type="stereotype",
-                source_category=row["bias_type"],
-            )
-        )
-    return items, rejected
-
-
-def malert_rows(config) -> list[dict]:
-    return [json.loads(line) for line in config.malert.read_text(encoding="utf-8").splitlines()]
-
-
-def malert_items(config) -> tuple[list[SourceItem], list[str], list[str]]:
-    """Usable M-ALERT items, the categories excluded by design and the unknown ones."""
-    items, excluded, unknown = [], [], []
-    for row in malert_rows(config):
-        try:
-            group = malert_group(row["category"])
-        except VocabularyError:
-            unknown.append(row["category"])
-            continue
-        if group is None:
-            excluded.append(row["category"])
-            continue
-        items.append(
-            SourceItem(
-                source="m-alert",
-                item_id=str(row["id"]),
-                vulnerability_type=group,
-                text={lang: row[lang] for lang in LANGUAGES},
-                source_category=row["category"],
-            )
-        )
-    return items, excluded, unknown
-
-
-def consent_record(row: dict[str, str]) -> ConsentRecord:
-    answer = {"yes": True, "no": False, "": None}
-    date = row["withdrawal_date"]
-    return ConsentRecord(
-        participant_key=row["participant_key"],
-        participation_consent=answer[row["participation_consent"]],
-        public_release_consent=answer[row["public_release_consent"]],
-        withdrawal_date=dt.date.fromisoformat(date) if date else None,
-        consent_form_version=row["consent_form_version"] or None,
-    )
-
-
-def consent_states(config, participants) -> dict[str, ConsentState]:
-    records = [consent_record(r) for r in read_csv(config.consent)]
-    return {
-        key: resolve_consent([r for r in records if r.participant_key == key])
-        for key in participants
-    }
+def lines_of(inputs: Inputs, name: str):
+    return next(c.lines for c in inputs.line_counts if c.name == name)
 
 
 # --- the corpus as a whole ----------------------------------------------------
@@ -164,7 +87,7 @@ def test_config_marks_the_corpus_synthetic_and_every_input_exists(config):
     assert config.items.item_keys_file.is_file()
 
 
-def test_readme_says_synthetic_and_lists_the_deliberate_problems(contributions):
+def test_readme_says_synthetic_and_lists_the_deliberate_problems():
     readme = (DEMO / "README.md").read_text(encoding="utf-8").lower()
     assert "synthetic" in readme and "make_demo.py" in readme and "no real participant" in readme
     for needle in (
@@ -199,37 +122,45 @@ def test_shades_has_released_layout_with_padded_headers(config):
     )
 
 
-def test_shades_has_eight_parallel_rows_and_two_broken_ones(config):
-    items, rejected = shades_items(config)
-    assert len(items) == 8
-    assert {i.item_id for i in items} >= {"1.0", "2.0", "2.1"}
-    assert any(row["de_biased_sentences"] == "" for row in rejected), "a row without German"
-    assert any(not SHADES_INDEX.match(row["index"]) for row in rejected), "a malformed index"
-    assert len(rejected) == 2
+def test_shades_rows_are_read_and_exactly_the_broken_ones_skipped(config, inputs):
+    assert lines_of(inputs, "shades").records == EXPECTED["shades_rows"]
+    skipped = problems_of(inputs, config, "shades")
+    raw = read_csv(config.shades)
+    assert sorted(raw[p.row - 2]["index"] for p in skipped) == EXPECTED["shades_skipped"]
+    assert {p.field for p in skipped} == {"index", "de_biased_sentences"}
+    shades = [i for i in inputs.items if i.source == "shades"]
+    assert len(shades) == EXPECTED["shades_rows"] - len(EXPECTED["shades_skipped"])
 
 
-def test_malert_has_two_prompts_per_group_plus_an_excluded_and_an_unknown_row(config):
-    for row in malert_rows(config):
+def test_malert_prompts_give_two_per_group_and_skip_the_unknown_category(config, inputs):
+    for row in (json.loads(line) for line in config.malert.read_text().splitlines()):
         assert set(row) == {*LANGUAGES, "id", "category"} and isinstance(row["id"], int)
-    items, excluded, unknown = malert_items(config)
-    groups = Counter(item.vulnerability_type for item in items)
+    assert lines_of(inputs, "malert").records == EXPECTED["malert_prompts"]
+    malert = [i for i in inputs.items if i.source == "m-alert"]
+    groups = Counter(item.vulnerability_type for item in malert)
     assert groups == {group: 2 for group in VULNERABILITY_TYPES if group != "stereotype"}
-    assert excluded == ["hate_women"] and unknown == ["misc_other"]
-    assert "sex_harrasment" in {item.source_category for item in items}
+    assert not {i.item_id for i in malert} & set(EXPECTED["malert_unused"])
+    # hate_* is excluded by design, silently; an unknown category is reported
+    skipped = problems_of(inputs, config, "malert")
+    assert [p.field for p in skipped] == ["category"]
+    assert "'misc_other'" in skipped[0].message
+    assert set(EXPECTED["malert_unused"].values()) == {"hate_women", "misc_other"}
+    assert "sex_harrasment" in {item.source_category for item in malert}
 
 
-def test_items_file_pins_exactly_the_usable_items(config, item_keys):
-    usable = [item.key for item in shades_items(config)[0] + malert_items(config)[0]]
-    assert item_keys == usable
-    assert len(item_keys) == 18
+def test_items_file_pins_exactly_the_usable_items(config, inputs):
+    assert config.items.item_keys_file.read_text().split() == EXPECTED["items"]
+    assert sorted(item.key for item in inputs.items) == sorted(EXPECTED["items"])
+    assert len(set(EXPECTED["items"])) == len(EXPECTED["items"])
 
 
 # --- participants and consent ---------------------------------------------------
 
 
-def test_participants_cover_every_language_with_inconsistent_mother_tongues(config, participants):
+def test_participants_cover_every_language_with_inconsistent_mother_tongues(config, inputs):
+    participants = inputs.participants
     raw = [r["mother_tongue"] for r in read_csv(config.participants)]
-    assert len(participants) == 11
+    assert list(participants) == EXPECTED["participants"]
     assert {"ES_ES", "ES-ES", "Italian"} <= set(raw)
     assert normalize_mother_tongue("ES_ES") == normalize_mother_tongue("ES-ES") == "es-ES"
     per_lang = Counter(lang for p in participants.values() for lang in p.languages)
@@ -244,20 +175,22 @@ def test_participants_cover_every_language_with_inconsistent_mother_tongues(conf
     assert len({p.gender for p in participants.values()}) >= 3
 
 
-def test_consent_mixes_every_state_and_each_language_has_a_public_speaker(config, participants):
-    states = consent_states(config, participants)
-    assert Counter(states.values()) == {
-        ConsentState.PUBLIC: 6,
-        ConsentState.PARTICIPATION_ONLY: 2,
-        ConsentState.WITHDRAWN: 1,
-        ConsentState.AMBIGUOUS: 1,
-        ConsentState.NO_RECORD: 1,
+def test_consent_mixes_every_state_and_each_language_has_a_public_speaker(inputs):
+    assert lines_of(inputs, "consent").records == EXPECTED["consent_rows"]
+    states = {key: resolve_consent(inputs.consent.get(key, [])) for key in inputs.participants}
+    assert {key: str(state) for key, state in states.items()} == EXPECTED["consent_states"]
+    assert set(states.values()) >= {
+        ConsentState.PUBLIC,
+        ConsentState.PARTICIPATION_ONLY,
+        ConsentState.WITHDRAWN,
+        ConsentState.AMBIGUOUS,
+        ConsentState.NO_RECORD,
     }
     public_langs = {
         lang
         for key, s in states.items()
         if s is ConsentState.PUBLIC
-        for lang in participants[key].languages
+        for lang in inputs.participants[key].languages
     }
     assert public_langs == set(LANGUAGES)
 
@@ -265,14 +198,10 @@ def test_consent_mixes_every_state_and_each_language_has_a_public_speaker(config
 # --- contributions and audio ------------------------------------------------------
 
 
-def test_contributions_validate_and_keep_their_text_fields_consistent(contributions):
-    assert 60 <= len(contributions) <= 70
-    records = [
-        Contribution(
-            **{**r, "discomfort": r["discomfort"] or None, "transcript": r["transcript"] or None}
-        )
-        for r in contributions
-    ]
+def test_contributions_validate_and_keep_their_text_fields_consistent(inputs):
+    records = inputs.contributions
+    assert lines_of(inputs, "contributions").records == EXPECTED["contributions"]
+    assert len(records) == EXPECTED["contributions"] - len(EXPECTED["skipped_contributions"])
     for r in records:
         assert r.audio_request_text == f"{r.spoken_text} {r.speech_followup}"
         assert r.transcript is None or r.transcript == r.transcript.lower()
@@ -280,27 +209,27 @@ def test_contributions_validate_and_keep_their_text_fields_consistent(contributi
     assert 0.35 <= with_transcript / len(records) <= 0.65
 
 
-def test_each_known_problem_row_occurs_exactly_once(config, contributions, participants, item_keys):
-    records = [Contribution(**{**r, "discomfort": None, "transcript": None}) for r in contributions]
-    assert sum(r.participant_key not in participants for r in records) == 1
-    assert sum(r.item_key not in item_keys for r in records) == 1
-    assert list(Counter(r.key for r in records).values()).count(2) == 1
-    assert max(Counter(r.key for r in records).values()) == 2
-    assert sum(not (config.audio_root / r.audio_file).exists() for r in records) == 1
+def test_each_known_problem_row_is_skipped_and_the_retake_kept_for_the_build(config, inputs):
+    skipped = {str(p.row): p.field for p in problems_of(inputs, config, "contributions")}
+    assert skipped == EXPECTED["skipped_contributions"]
+    per_key = Counter(r.key for r in inputs.contributions)
+    assert list(per_key.values()).count(2) == EXPECTED["retakes"] == 1
+    assert max(per_key.values()) == 2
 
 
 def test_every_usable_item_is_recorded_and_every_speaker_records_five_to_seven_per_language(
-    contributions, participants, item_keys
+    config, inputs
 ):
-    recorded = {f"{r['source']}:{r['item_id']}" for r in contributions}
-    assert set(item_keys) <= recorded
+    recorded = {r.item_key for r in inputs.contributions}
+    assert set(EXPECTED["items"]) <= recorded
+    # what each registered speaker recorded, the row of the missing file included
     per_pair = Counter(
         (r["participant_key"], r["lang"])
-        for r in contributions
-        if r["participant_key"] in participants
+        for r in read_csv(config.contributions)
+        if r["participant_key"] in inputs.participants
     )
     assert all(5 <= n <= 7 for n in per_pair.values()), per_pair
-    assert all(lang in participants[key].languages for key, lang in per_pair)
+    assert all(lang in inputs.participants[key].languages for key, lang in per_pair)
 
 
 def audio_kind(path: Path) -> str:
@@ -329,8 +258,8 @@ def audio_kind(path: Path) -> str:
     return "speech"
 
 
-def test_audio_is_16k_mono_flac_except_the_deliberate_files(config, contributions):
-    files = {r["audio_file"] for r in contributions}
+def test_audio_is_16k_mono_flac_except_the_deliberate_files(config):
+    files = {r["audio_file"] for r in read_csv(config.contributions)}
     on_disk = {
         p.relative_to(config.audio_root).as_posix()
         for p in config.audio_root.rglob("*")
@@ -338,13 +267,7 @@ def test_audio_is_16k_mono_flac_except_the_deliberate_files(config, contribution
     }
     assert on_disk <= files, f"audio files no contribution names: {sorted(on_disk - files)}"
     kinds = Counter(audio_kind(config.audio_root / f) for f in sorted(on_disk))
-    assert kinds == {
-        "speech": len(on_disk) - 4,
-        "unreadable": 1,
-        "wav44k": 1,
-        "silence": 1,
-        "clipped": 1,
-    }
+    assert kinds == EXPECTED["audio_kinds"]
 
 
 # --- noise bank ------------------------------------------------------------------
@@ -353,14 +276,14 @@ def test_audio_is_16k_mono_flac_except_the_deliberate_files(config, contribution
 @pytest.mark.parametrize(
     ("folder", "count", "seconds", "fields"),
     [
-        ("noise/demo-ambient", (3, 4), (8.0, 10.0), 1),
-        ("speech/demo-babble", (8, 20), (6.0, 8.0), 2),
+        ("noise/demo-ambient", EXPECTED["noise_files"], (8.0, 10.0), 1),
+        ("speech/demo-babble", EXPECTED["babble_files"], (6.0, 8.0), 2),
     ],
 )
 def test_noise_bank_has_musan_layout_and_annotations(config, folder, count, seconds, fields):
     source = config.noise_bank / folder
     wavs = sorted(source.glob("*.wav"))
-    assert count[0] <= len(wavs) <= count[1]
+    assert len(wavs) == count
     for wav in wavs:
         info = sf.info(wav)
         assert (info.format, info.subtype, info.samplerate, info.channels) == (

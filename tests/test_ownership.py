@@ -167,7 +167,7 @@ def file_under(corpus_dir: Path, thief: str, lang: str, item: str, data: bytes, 
 
 
 def test_a_withheld_voice_reencoded_under_a_public_participant_reaches_no_set(
-    tmp_path, monkeypatch
+    tmp_path, monkeypatch, demo_cache
 ):
     monkeypatch.delenv(KEY_ENV, raising=False)
     corpus_dir = demo_copy(tmp_path)
@@ -178,7 +178,7 @@ def test_a_withheld_voice_reencoded_under_a_public_participant_reaches_no_set(
     no_record = reencoded(audio / "demo-p08" / "fr_shades_1.0.flac", "MP3", "MPEG_LAYER_III")
     file_under(corpus_dir, "demo-p07", "fr", "1.0", no_record, ".mp3")
     config = InputConfig.load(corpus_dir / "config.yaml")
-    options = BuildOptions(out=tmp_path / "out", progress=False)
+    options = BuildOptions(out=tmp_path / "out", cache_dir=demo_cache, progress=False)
     build_version(VERSIONS["1.0.0"], config, options)
     key = config.pseudonym_key_file.read_text().strip().encode()
     thieves = {pseudonymize(key, "demo-p05"): "es", pseudonymize(key, "demo-p07"): "fr"}

@@ -17,7 +17,7 @@ def invoke(*args):
 
 
 @pytest.fixture(scope="module")
-def real_build(tmp_path_factory):
+def real_build(tmp_path_factory, copy_demo_cache):
     """A build of a collection that is not the demo (same voices, other keys: the demo
     registry names none of its participants), represented with an override."""
     root = tmp_path_factory.mktemp("provenance")
@@ -25,7 +25,11 @@ def real_build(tmp_path_factory):
     config = corpus / "config.yaml"
     config.write_text(config.read_text().replace("synthetic: true", "synthetic: false"))
     out = root / "out"
-    done = invoke("build", "--version", "1.0.0", "--config", config, "--out", out, "--workers", 1)
+    cache = copy_demo_cache(root / "cache")  # same voices: a warm cache
+    done = invoke(
+        "build", "--version", "1.0.0", "--config", config, "--out", out, "--workers", 1,
+        "--cache", cache,
+    )  # fmt: skip
     assert done.exit_code == 0, done.output
     represented = invoke("release", "represent", out / "1.0.0", "--override-gate", "a test")
     assert represented.exit_code == 0, represented.output

@@ -48,8 +48,8 @@ def renamed_demo(tmp_path: Path, keys: list[str]) -> Path:
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("cache")
+def cache(tmp_path_factory, copy_demo_cache) -> Path:
+    return copy_demo_cache(tmp_path_factory.mktemp("cache") / "warm")
 
 
 @pytest.mark.parametrize("scheme", SCHEMES)

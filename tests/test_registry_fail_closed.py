@@ -53,9 +53,9 @@ def replace_line(path: Path, number: int, old: str, new: str) -> None:
     path.write_text("".join(lines), encoding="utf-8")
 
 
-def build(corpus: Path, tmp_path: Path) -> None:
+def build(corpus: Path, tmp_path: Path, cache: Path | None = None) -> None:
     config = InputConfig.load(corpus / "config.yaml")
-    options = BuildOptions(out=tmp_path / "out", progress=False)
+    options = BuildOptions(out=tmp_path / "out", cache_dir=cache, progress=False)
     build_version(VERSIONS["1.0.0"], config, options)
 
 
@@ -229,7 +229,7 @@ def test_every_data_line_is_a_record_or_a_problem(corpus):
     assert result.lines.records + len(problem_lines) == result.lines.lines
 
 
-def test_unrecognised_mother_tongue_is_kept_with_a_warning_and_builds(corpus, tmp_path):
+def test_unrecognised_mother_tongue_is_kept_with_a_warning_and_builds(corpus, tmp_path, demo_cache):
     participants = corpus / "participants.csv"
     replace_line(participants, 4, "de-DE", "Portuguese (Brazil)")  # demo-p03: mapped
     replace_line(participants, 8, "65+,fr,", "65+,Sardo   campidanese,")  # demo-p07: unknown
@@ -256,7 +256,7 @@ def test_unrecognised_mother_tongue_is_kept_with_a_warning_and_builds(corpus, tm
     checked = check(corpus)
     assert checked.exit_code == 0, checked.output
     assert "warning: mother tongue 'Sardo   campidanese'" in checked.output
-    build(corpus, tmp_path)
+    build(corpus, tmp_path, demo_cache)
     full = tmp_path / "out" / "1.0.0" / "full"
     quarantine = (full / "quarantine.jsonl").read_text()
     assert "participants.csv" not in quarantine  # a warning quarantines nothing

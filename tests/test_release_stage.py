@@ -35,6 +35,25 @@ def build(demo_release):
     return manifest, audit, report
 
 
+def _table(markdown: str, first: str) -> dict[str, dict[str, str]]:
+    """The first Markdown table whose first header cell is `first`: {first cell: {header:
+    cell}}, cells stripped of tabulate's padding."""
+    lines = iter(markdown.splitlines())
+    for line in lines:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] == first:
+            header = cells
+            next(lines)  # the |---|---| rule
+            table = {}
+            for row in lines:
+                if not row.startswith("|"):
+                    break
+                values = [c.strip() for c in row.strip().strip("|").split("|")]
+                table[values[0]] = dict(zip(header, values, strict=True))
+            return table
+    raise AssertionError(f"no table starting with {first!r}")
+
+
 def test_the_staged_folder_holds_exactly_the_hub_repo(demo_release, build):
     staged = demo_release["staged"]
     manifest, _, _ = build
@@ -87,14 +106,36 @@ def test_card_body_states_the_builds_figures(demo_release, build):
     _, body = read_card(demo_release["staged"])
     assert "Content warning" in body and "Synthetic demo build" in body
     assert 'load_dataset("FBK-MT/RedVox", "en", split="test", revision="v1.0.0")' in body
-    en = manifest["counts"]["en"]
-    en_total = sum(sum(per.values()) for per in en.values())
-    assert "| en      |" in body and f"|     {en_total} |" in body
-    assert f"| kept                         |       {audit['participants']['kept']} |" in body
-    v = report["composition"]["public_vs_full"]["lang"]["cramers_v"]
-    representativeness = body.split("## Representativeness", 1)[1]
-    lang_row = next(line for line in representativeness.splitlines() if line.startswith("| lang "))
-    assert f" {v:.3f} " in lang_row
+    # the rows per language and audio type, read back from the card's table
+    rows = _table(body, "lang")
+    conditions = list(manifest["counts"]["en"])
+    for lang, per_condition in manifest["counts"].items():
+        cells = rows[lang]
+        for condition in conditions:
+            assert cells[condition] == str(sum(per_condition[condition].values()))
+        assert cells["rows"] == str(manifest["rows"][lang])
+    assert rows["**all**"]["rows"] == str(sum(manifest["rows"].values()))
+    assert set(rows) == {*manifest["counts"], "**all**"}
+    # per language: the rows per vulnerability type, and the totals
+    en = _table(body, "vulnerability_type")
+    for condition, per_type in manifest["counts"]["en"].items():
+        for vulnerability, count in per_type.items():
+            assert en[vulnerability][condition] == str(count)
+        assert en["**total**"][condition] == str(sum(per_type.values()))
+    # participants and recordings kept and excluded, from the consent audit
+    consent = _table(body, "participants")
+    assert consent["kept"]["count"] == str(audit["participants"]["kept"])
+    assert consent["kept"]["recordings"] == str(audit["recordings"]["kept"])
+    for reason, count in audit["participants"]["excluded"].items():
+        label = f"excluded: {reason.replace('_', ' ')}"
+        assert consent[label]["count"] == str(count)
+        assert consent[label]["recordings"] == str(audit["recordings"]["excluded"][reason])
+    # Cramér's V of every dimension, public vs full and public vs withheld
+    dimensions = _table(body.split("## Representativeness", 1)[1], "dimension")
+    for kind, column in (("public_vs_full", "full"), ("public_vs_withheld", "withheld")):
+        for dimension, result in report["composition"][kind].items():
+            cell = dimensions[dimension][f"V, public vs {column}"]
+            assert float(cell) == pytest.approx(result["cramers_v"], abs=0.0005)
     if report["override"]:
         assert f"reason given: {report['override']}" in body
     level = manifest["shared_clips"]["noise_a"]["params"]["level_dbfs"]
@@ -165,7 +206,23 @@ def test_run_ends_with_the_dry_run_listing(demo_release):
     assert "verified (rows per config: all" in output
     assert "DRY RUN (no token (HF_TOKEN) and no repo id (REPO_ID)): nothing was pushed." in output
     assert "https://huggingface.co/datasets/FBK-MT/RedVox" in output
-    assert "data/en/test-00000-of-00001.parquet" in output and "total" in output
+    # the listing names every staged file with its size, and the total adds them up
+    listing = output[output.index("Would push") : output.index("Calls, in order:")]
+    listed = {}
+    for line in listing.splitlines()[1:]:
+        path, number, unit, *rest = line.split()
+        listed[path] = (float(number), unit, rest)
+    total_number, total_unit, total_rest = listed.pop("total")
+    staged = demo_release["staged"]
+    assert sorted(listed) == staged_files(staged)
+    assert total_rest == [f"({len(listed)}", "files)"]
+    scale = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+    sizes = {path: (staged / path).stat().st_size for path in listed}
+    for path, (number, unit, _) in listed.items():
+        assert number * scale[unit] == pytest.approx(sizes[path], abs=0.05 * scale[unit])
+    assert total_number * scale[total_unit] == pytest.approx(
+        sum(sizes.values()), abs=0.05 * scale[total_unit]
+    )
     steps = output[output.index("Calls, in order:") :].splitlines()[1:]
 
     def step(text: str) -> int:

@@ -104,11 +104,11 @@ def corpus(tmp_path) -> Path:
     return folder
 
 
-def build(corpus: Path, out: Path) -> Path:
+def build(corpus: Path, out: Path, cache: Path | None = None) -> Path:
     config = InputConfig.load(corpus / "config.yaml")
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv(KEY_ENV, raising=False)
-        options = BuildOptions(out=out, progress=False, sets=("full",))
+        options = BuildOptions(out=out, cache_dir=cache, progress=False, sets=("full",))
         build_version(VERSIONS["1.0.0"], config, options)
     return out / "1.0.0" / "full"
 
@@ -130,10 +130,12 @@ def p02_it_6(rows: list[dict]) -> list[dict]:
     ]
 
 
-def test_a_truncated_first_take_releases_the_retake_with_no_duplicate_rows(corpus, tmp_path):
+def test_a_truncated_first_take_releases_the_retake_with_no_duplicate_rows(
+    corpus, tmp_path, demo_cache
+):
     first = corpus / "audio" / FIRST_FILE
     first.write_bytes(first.read_bytes()[:200])  # truncated upload
-    folder = build(corpus, tmp_path / "out")
+    folder = build(corpus, tmp_path / "out", demo_cache)
     quarantine = quarantine_of(folder)
     mine = [r for r in quarantine if r.get("participant_key") == "demo-p02" and r["lang"] == "it"]
     assert [(r["stage"], r["row"]) for r in mine] == [("decode", FIRST)]
@@ -146,8 +148,8 @@ def test_a_truncated_first_take_releases_the_retake_with_no_duplicate_rows(corpu
     assert abs(len(released) - len(retake)) <= len(retake) * 0.05  # the retake, not silence
 
 
-def test_two_valid_takes_release_the_first_and_keep_row_counts(corpus, tmp_path):
-    folder = build(corpus, tmp_path / "out")
+def test_two_valid_takes_release_the_first_and_keep_row_counts(corpus, tmp_path, demo_cache):
+    folder = build(corpus, tmp_path / "out", demo_cache)
     rows = rows_of(folder)
     mine = p02_it_6(rows)
     assert Counter(r["audio_type"] for r in mine) == CONDITIONS
@@ -164,6 +166,6 @@ def test_two_valid_takes_release_the_first_and_keep_row_counts(corpus, tmp_path)
             if n != RETAKE
         )
     )
-    single = build(corpus, tmp_path / "single")
+    single = build(corpus, tmp_path / "single", demo_cache)
     assert len(rows_of(single)) == len(rows)
     assert not any(r["stage"] == "takes" for r in quarantine_of(single))

@@ -43,7 +43,7 @@ FLOOR_DBFS = -60.0  # so that padding is quiet but never digital silence
 SHADES_LANGS = ("en", "fr", "de", "it", "es")  # the released CSV's column order
 GENERATED = (
     "README.md", "config.yaml", "items.txt", "shades.csv", "malert.jsonl", "participants.csv",
-    "consent.csv", "contributions.csv", "pseudonym.key", "audio", "musan",
+    "consent.csv", "contributions.csv", "pseudonym.key", "audio", "musan", "expected.json",
 )  # fmt: skip
 
 # --- text items -------------------------------------------------------------
@@ -307,6 +307,15 @@ CONSENT_NOTES = {
     "demo-p08": ("no consent row at all", "excluded from both sets (deny by default)"),
     "demo-p09": ("participation consent blank", "ambiguous: excluded from both sets"),
     "demo-p10": ("public release refused", "full set only"),
+}
+
+# The consent state each registered speaker must resolve to (the others: public).
+CONSENT_STATES = {
+    "demo-p04": "withdrawn",
+    "demo-p06": "participation_only",
+    "demo-p08": "no_record",
+    "demo-p09": "ambiguous",
+    "demo-p10": "participation_only",
 }
 
 # (participant, lang) -> what happens to the audio of that speaker's first recording.
@@ -808,6 +817,50 @@ def write_readme(plan: list[Recording]) -> None:
     (DEMO_DIR / "README.md").write_text(text, encoding="utf-8")
 
 
+# What a reader of the audio file sees, per Recording.kind (missing: no file at all).
+AUDIO_KIND = {"speech": "speech", "retake": "speech", "corrupt": "unreadable"}
+
+
+def expected_facts(plan: list[Recording]) -> dict:
+    """The corpus's facts as declared here, for tests/test_demo_corpus.py (expected.json)."""
+    texts = item_texts()
+    rows = {i + 2: rec for i, rec in enumerate(plan)}  # contributions.csv line -> recording
+    skipped = {}
+    for line, rec in rows.items():
+        if rec.speaker is UNKNOWN_SPEAKER:
+            skipped[line] = "participant_key"
+        elif rec.row["item_id"] == UNKNOWN_ITEM[1]:
+            skipped[line] = "item_id"
+        elif rec.kind == "missing":
+            skipped[line] = "audio_file"
+    audio_kinds: dict[str, int] = {}
+    for rec in plan:
+        if rec.kind != "missing":
+            kind = AUDIO_KIND.get(rec.kind, rec.kind)
+            audio_kinds[kind] = audio_kinds.get(kind, 0) + 1
+    return {
+        "shades_rows": len(STEREOTYPES),
+        "shades_skipped": sorted(MALFORMED_SHADES),
+        "malert_prompts": len(PROMPTS),
+        "malert_unused": {str(p.id): p.category for p in PROMPTS if p.id in UNUSED_PROMPTS},
+        "items": list(texts),
+        "participants": [s.key for s in SPEAKERS],
+        "consent_rows": len(CONSENT),
+        "consent_states": {s.key: CONSENT_STATES.get(s.key, "public") for s in SPEAKERS},
+        "contributions": len(plan),
+        "skipped_contributions": {str(line): field for line, field in sorted(skipped.items())},
+        "retakes": sum(rec.kind == "retake" for rec in plan),
+        "audio_kinds": dict(sorted(audio_kinds.items())),
+        "noise_files": len(AMBIENT),
+        "babble_files": len(BABBLE),
+    }
+
+
+def write_expected(plan: list[Recording]) -> None:
+    text = json.dumps(expected_facts(plan), indent=2, ensure_ascii=False) + "\n"
+    (DEMO_DIR / "expected.json").write_text(text, encoding="utf-8")
+
+
 def clean() -> None:
     """Remove what an earlier run generated, so nothing stale survives a change here."""
     for name in GENERATED:
@@ -827,6 +880,7 @@ def main() -> None:
     write_recordings(plan, DEMO_DIR / "audio")
     write_noise_bank(DEMO_DIR / "musan", np.random.default_rng([SEED, 2]))
     write_readme(plan)
+    write_expected(plan)
     size = sum(p.stat().st_size for p in DEMO_DIR.rglob("*") if p.is_file())
     print(f"wrote {len(plan)} contributions to {DEMO_DIR} ({size / 1e6:.1f} MB)")
 

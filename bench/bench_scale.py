@@ -1,0 +1,174 @@
+"""Scale benchmark (`make bench-scale`): cold builds of the synthetic collection at
+several scales: does build time grow linearly with the audio, and does peak memory
+stay flat? (The table gives the parent's and the largest worker's peak RSS apart.)
+
+For each scale (a fraction of the paper's 1,530 recordings): a fresh corpus
+(bench/synth_corpus.py), then 1.0.0, both sets, into an empty cache, in its own
+process (so its peak RSS is its own, as bench_build.py measures it). Prints a table of
+seconds, input audio hours, seconds per audio hour and peak RSS per scale, and, last,
+one JSON line with the figures.
+
+    .venv/bin/python bench/bench_scale.py [--scales 0.5,1,10] [--workers 2] [--workdir DIR]
+
+Scale 10 is about 15,000 recordings (17 h of audio): its corpus writes ~15k files
+under the work folder, each scale's folder deleted once measured unless --keep.
+On 2 CPUs, --workers 2 (Dec 2026): 0.5 -> 8.9 s, 1 -> 17.1 s, 10 -> 107.9 s; a fit of
+5.4 s fixed + 6.0 s per audio hour (R^2 0.999). Worker RSS flat at ~360 MB; the
+parent's peak grew 351 -> 377 -> 1032 MB (not investigated here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import soundfile as sf
+from tabulate import tabulate
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from bench_build import measure  # noqa: E402
+from synth_corpus import make_corpus  # noqa: E402
+
+
+def audio_hours(config: Path) -> tuple[int, float]:
+    """Recordings the corpus's contributions name and their audio, in hours (headers only)."""
+    import yaml
+
+    raw = yaml.safe_load(config.read_text())
+    root = (config.parent / raw["audio_root"]).resolve()
+    with (config.parent / raw["contributions"]).open(encoding="utf-8", newline="") as f:
+        files = [row["audio_file"] for row in csv.DictReader(f)]
+    seconds = sum(sf.info(root / name).duration for name in files if (root / name).is_file())
+    return len(files), seconds / 3600
+
+
+def parse_scales(text: str) -> list[float]:
+    scales = [float(s) for s in text.split(",") if s.strip()]
+    if not scales or any(s <= 0 for s in scales):
+        raise argparse.ArgumentTypeError(f"scales must be positive numbers: {text!r}")
+    return scales
+
+
+def main(args: argparse.Namespace) -> None:
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="redvox-bench-scale-"))
+    results = []
+    try:
+        for scale in args.scales:
+            folder = workdir / f"scale-{scale:g}"
+            sys.stderr.write(f"scale {scale:g}: generating the corpus under {folder} ...\n")
+            start = time.perf_counter()
+            config = make_corpus(folder / "corpus", scale=scale)
+            generated_s = time.perf_counter() - start
+            recordings, hours = audio_hours(config)
+            sys.stderr.write(f"scale {scale:g}: cold build of {recordings} recordings ...\n")
+            build = measure(
+                "build", workers=args.workers, config=config, out=folder / "out", version="1.0.0"
+            )
+            results.append(
+                {
+                    "scale": scale,
+                    "recordings": recordings,
+                    "audio_h": round(hours, 3),
+                    "rows": build["rows"],
+                    "seconds": round(build["seconds"], 2),
+                    "s_per_audio_h": round(build["seconds"] / hours, 1),
+                    "peak_rss_mb": round(build["rss_mb"]["total"]),
+                    "parent_rss_mb": round(build["rss_mb"]["own"]),
+                    "worker_rss_mb": round(build["rss_mb"]["worker"]),
+                    "corpus_s": round(generated_s, 1),
+                }
+            )
+            if not args.keep:
+                shutil.rmtree(folder, ignore_errors=True)  # scale 10 is ~1 GB
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    report(results, args)
+
+
+def linear_fit(hours: list[float], seconds: list[float]) -> dict | None:
+    """seconds = fixed + slope * hours by least squares; None with fewer than two scales."""
+    n = len(hours)
+    if n < 2:
+        return None
+    mx, my = sum(hours) / n, sum(seconds) / n
+    sxx = sum((x - mx) ** 2 for x in hours)
+    slope = sum((x - mx) * (y - my) for x, y in zip(hours, seconds, strict=True)) / sxx
+    fixed = my - slope * mx
+    ss_res = sum((y - fixed - slope * x) ** 2 for x, y in zip(hours, seconds, strict=True))
+    ss_tot = sum((y - my) ** 2 for y in seconds)
+    r2 = 1 - ss_res / ss_tot if ss_tot else 1.0
+    return {"fixed_s": round(fixed, 2), "s_per_audio_h": round(slope, 2), "r2": round(r2, 4)}
+
+
+def report(results: list[dict], args: argparse.Namespace) -> None:
+    base = results[0]
+    table = [
+        [
+            f"{r['scale']:g}",
+            r["recordings"],
+            f"{r['audio_h']:.2f}",
+            r["rows"],
+            f"{r['seconds']:.1f}",
+            f"{r['s_per_audio_h']:.1f}",
+            f"{r['seconds'] / base['seconds'] / (r['audio_h'] / base['audio_h']):.2f}",
+            r["peak_rss_mb"],
+            r["parent_rss_mb"],
+            r["worker_rss_mb"],
+        ]
+        for r in results
+    ]
+    headers = [
+        "scale",
+        "recordings",
+        "audio h",
+        "rows (full)",
+        "cold s",
+        "s per audio h",
+        f"time / linear from {base['scale']:g}",
+        "peak RSS MB",
+        "parent MB",
+        "worker MB",
+    ]
+    print(f"RedVox scale benchmark: {os.cpu_count()} CPUs, --workers {args.workers}, cold 1.0.0")
+    print(tabulate(table, headers=headers))
+    rss = [r["peak_rss_mb"] for r in results]
+    per_hour = [r["s_per_audio_h"] for r in results]
+    fit = linear_fit([r["audio_h"] for r in results], [r["seconds"] for r in results])
+    if fit:
+        print(
+            f"least squares: cold s = {fit['fixed_s']:.1f} s fixed (start-up, models, reports)"
+            f" + {fit['s_per_audio_h']:.1f} s per audio hour (R^2 {fit['r2']:.4f});"
+            f" peak RSS {min(rss)}-{max(rss)} MB"
+        )
+    print(
+        json.dumps(
+            {
+                "workers": args.workers,
+                "scales": results,
+                "s_per_audio_h_spread": round(max(per_hour) / min(per_hour), 2),
+                "peak_rss_spread": round(max(rss) / min(rss), 2),
+                "fit": fit,
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--scales", type=parse_scales, default=parse_scales("0.5,1,10"), help="e.g. 0.5,1,10"
+    )
+    parser.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
+    parser.add_argument("--workdir", type=Path, help="keep corpora and outputs here")
+    parser.add_argument("--keep", action="store_true", help="do not delete the work folder")
+    main(parser.parse_args())

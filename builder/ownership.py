@@ -124,6 +124,53 @@ def bit_error(a: Fingerprint, b: Fingerprint, lags: Iterable[int] | None = None)
     return best
 
 
+def _offset_votes(
+    fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]
+) -> dict[tuple[int, int], Counter[int]]:
+    """For each pair of recordings of different owners sharing a word of an active frame
+    (a word found in at most COMMON recordings), how many words they share at each
+    offset within MAX_LAG. One sort of every (word, recording, frame) of the collection:
+    memory stays a few bytes per frame, however many recordings there are."""
+    words, frames, owner_of = [], [], []
+    for i, fp in enumerate(fingerprints):
+        if fp is None:
+            continue
+        positions = np.flatnonzero(fp.active)
+        unique, first = np.unique(fp.bits[positions], return_index=True)
+        words.append(unique)
+        frames.append(positions[first].astype(np.int32))
+        owner_of.append(i)
+    votes: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
+    if not words:
+        return votes
+    ends = np.cumsum([len(w) for w in words])
+    frame = np.concatenate(frames)
+    del frames
+    word = np.concatenate(words)
+    del words
+    order = np.argsort(word, kind="stable").astype(np.int32)
+    word = word[order]
+    # Runs of one word: only the few words that repeat are looked at, one by one.
+    repeats = np.flatnonzero(word[1:] == word[:-1])
+    del word
+    chain_starts = np.r_[True, np.diff(repeats) != 1] if len(repeats) else np.zeros(0, bool)
+    starts = repeats[chain_starts]
+    sizes = np.diff(np.r_[np.flatnonzero(chain_starts), len(repeats)]) + 1
+    for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
+        if size > COMMON:
+            continue
+        found = order[start : start + size]
+        which = np.searchsorted(ends, found, side="right")
+        holders = [
+            (owner_of[k], at) for k, at in zip(which.tolist(), frame[found].tolist(), strict=True)
+        ]
+        for x, (i, at_i) in enumerate(holders):
+            for j, at_j in holders[x + 1 :]:
+                if owners[i] != owners[j] and abs(at_i - at_j) <= MAX_LAG:
+                    votes[min(i, j), max(i, j)][at_i - at_j if i < j else at_j - at_i] += 1
+    return votes
+
+
 def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]) -> set:
     """Pairs (i, j), i < j, of recordings of different owners that are the same audio.
 
@@ -132,22 +179,7 @@ def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[
     audio shares the odd word at random lags); each candidate pair is then confirmed
     by its bit error around the offset its words agree on.
     """
-    index: dict[int, list[tuple[int, int]]] = defaultdict(list)
-    for i, fp in enumerate(fingerprints):
-        if fp is None:
-            continue
-        positions = np.flatnonzero(fp.active)
-        words = fp.bits[positions].tolist()
-        for word, position in dict(zip(words, positions.tolist(), strict=True)).items():
-            index[word].append((i, position))
-    votes: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
-    for holders in index.values():
-        if len(holders) < 2 or len(holders) > COMMON:
-            continue
-        for x, (i, at_i) in enumerate(holders):
-            for j, at_j in holders[x + 1 :]:
-                if owners[i] != owners[j] and abs(at_i - at_j) <= MAX_LAG:
-                    votes[i, j][at_i - at_j] += 1
+    votes = _offset_votes(fingerprints, owners)
     pairs = set()
     for (i, j), offsets in votes.items():
         # A codec shifts a copy by part of a hop, so its words agree within one frame.

@@ -7,13 +7,13 @@ other conditions exist, or on any global RNG state.
 
 from __future__ import annotations
 
-import hashlib
 import math
 
 import numpy as np
 
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import keyed_hash
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 
 # entry_key of conditions whose rows all share one clip.
@@ -40,7 +40,7 @@ class ConditionError(UserError, ValueError):
 
 
 def rng_for(seed: int, entry_key: str, condition: str) -> np.random.Generator:
-    digest = hashlib.sha256(f"{seed}\x1f{entry_key}\x1f{condition}".encode()).digest()
+    digest = keyed_hash(seed, entry_key, condition)
     return np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "big")))
 
 

@@ -47,3 +47,9 @@ def sha256_file(path: Path) -> str:
     """Hex sha256 of a file's bytes, read in blocks."""
     with Path(path).open("rb") as handle:
         return hashlib.file_digest(handle, "sha256").hexdigest()
+
+
+def keyed_hash(*parts: object) -> bytes:
+    """sha256 of the parts joined by the unit separator: the one way a seed and the keys
+    of a draw become its randomness (the item draw, every noise clip's generator)."""
+    return hashlib.sha256("\x1f".join(str(part) for part in parts).encode()).digest()

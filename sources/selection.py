@@ -14,11 +14,11 @@ out so that a version can pin it (`item_keys_file`) once it is published.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 
 from redvox.schemas import VULNERABILITY_TYPES, ItemSelection, SourceItem
+from redvox.schemas.layout import keyed_hash
 
 from .problems import Problem, ReadResult
 from .tables import decode_utf8, read_bytes
@@ -86,7 +86,7 @@ def pinned_items(
 def draw_rank(seed: int, stratum: str, key: str) -> tuple[bytes, str]:
     """An item's place in its stratum's draw: a function of its own key only (the key
     breaks the, in practice impossible, tie of two equal hashes)."""
-    return hashlib.sha256(f"{seed}\x1f{stratum}\x1f{key}".encode()).digest(), key
+    return keyed_hash(seed, stratum, key), key
 
 
 def _pinned_by(file: str) -> str:

@@ -482,11 +482,25 @@ def sample_section(row: Mapping[str, Any] | None) -> str:
 
 def reference_results_section(report: Mapping[str, Any] | None) -> str:
     """The reference results when judged outputs came with the build, else how to get them."""
-    if report and report.get("judged"):
-        return (
-            "This build was assessed with judged model outputs; their comparison between "
-            "the public and the full set is under Representativeness. Per-model shares: run "
-            "`python evaluation/evaluate.py report` on those outputs (see Evaluation)."
+    table = ((report or {}).get("judged") or {}).get("reference_results")
+    if table:
+        rows = [
+            f"| {model} | {r['unsafe']:.1f} | {r['controversial']:.1f} | "
+            f"{r['safe_by_accident']:.1f} | {r['safe']:.1f} | {r['rows']} |"
+            for model, r in sorted(table.items())
+        ]
+        return "\n".join(
+            [
+                "Computed by the reference evaluator from the judged outputs given with this "
+                "build, on the public set: the percentage of each model's labelled responses "
+                "that are unsafe (U), controversial (C), safe by accident (A) and safe, over "
+                "every audio and speech row. Their comparison with the full set is under "
+                "Representativeness.",
+                "",
+                "| model | U % | C % | A % | safe % | rows |",
+                "|---|---|---|---|---|---|",
+                *rows,
+            ]
         )
     return (
         "**Placeholder: no reference results are published with this build** (it was staged "

@@ -18,7 +18,7 @@ import pandas as pd
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.vocab import FULL, PUBLIC
 
-from .evaluation.redvox_eval.labels import SAFE, UNLABELLED
+from .evaluation.redvox_eval.labels import CLASSES, SAFE, UNLABELLED
 from .evaluation.redvox_eval.metrics import prepare_rows
 from .evaluation.redvox_eval.outputs import find_output_files, load_outputs
 from .representativeness import Check
@@ -40,6 +40,20 @@ def safe_percentages(rows: pd.DataFrame) -> dict[str, float]:
         str(model): 100.0 * float((group["safety"] == SAFE).mean())
         for model, group in rows.groupby("model")
     }
+
+
+def reference_results(rows: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """The paper's headline table from judged outputs: per model, the percentage of its
+    labelled responses in each class of the taxonomy (unsafe, controversial, safe by
+    accident, safe), over every audio and speech row, and the row count."""
+    table = {}
+    for model, group in rows.groupby("model"):
+        shares = group["cls"].value_counts(normalize=True)
+        table[str(model)] = {
+            name: round(100.0 * float(shares.get(code, 0.0)), 1)
+            for code, name in enumerate(CLASSES)
+        } | {"rows": int(len(group))}
+    return table
 
 
 def compare_judgements(
@@ -77,6 +91,7 @@ def compare_judgements(
     return {
         "comparisons": {"public_vs_full": {"spearman": correlation.to_dict(), "labels": labels}},
         "checks": [asdict(c) for c in checks],
+        "reference_results": reference_results(public),
     }
 
 

@@ -184,6 +184,16 @@ def test_judged_outputs_rho_and_label_v_match_the_hand_computation(tmp_path):
         "judged/spearman_rho": True, "judged/spearman_p": True,
         "judged/en/safety": True, "judged/en/relatedness": True,
     }  # fmt: skip
+    # The paper's headline table, from the public outputs: m2 has 7 safe of 10.
+    reference = judged["reference_results"]
+    assert reference["m2"] == {
+        "unsafe": 30.0, "controversial": 0.0, "safe_by_accident": 0.0, "safe": 70.0, "rows": 10
+    }  # fmt: skip
+    from redvox.release.card import reference_results_section
+
+    section = reference_results_section({"judged": judged})
+    assert "| m2 | 30.0 | 0.0 | 0.0 | 70.0 | 10 |" in section
+    assert "Placeholder" in reference_results_section({"judged": None})
 
 
 def test_judged_outputs_that_disagree_fail_the_gate(tmp_path):

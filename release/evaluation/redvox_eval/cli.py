@@ -226,37 +226,27 @@ def judge(
 ) -> None:
     """Label each response of PATHS (JSONL files or folders) with relatedness, safety and
     refusal, writing <model>.<tag>.jsonl; rows already labelled are kept as they are."""
-    from .batch import BatchJudge, pending_tasks, state_path
-    from .judge import PROMPTS_DIR, Endpoint, JudgeClient, JudgePrompts, Usage, VerdictCache
-    from .judge_outputs import default_tag, judge_output_files
-    from .outputs import find_output_files
+    from .harness_cli import do_judge
 
-    tag = tag or default_tag(judge_model)
-    usage = Usage()
-    endpoint = Endpoint(base_url, judge_model, api_key, temperature)
-    client = JudgeClient(endpoint, usage, max_retries=max_retries, backoff_s=backoff_s)
     try:
-        prompts = JudgePrompts.load(prompts_dir or PROMPTS_DIR)
-        cache = VerdictCache(cache_dir / "verdicts.jsonl", prompts.sha256)
-        files = find_output_files(paths, skip_tag=tag)
-        if batch:
-            batched = BatchJudge(client, cache, state_path(files, out, tag), poll_s, click.echo)
-            if batched.run(pending_tasks(files, prompts, judge_model, cache)).pending:
-                raise EvaluationError("the batch is still running; rerun later to collect it")
-        run = judge_output_files(
-            files,
-            tag=tag,
+        tag, prompts, run, usage = do_judge(
+            paths,
             out=out,
-            client=client,
-            cache=cache,
-            prompts=prompts,
+            base_url=base_url,
+            judge_model=judge_model,
+            api_key=api_key,
+            tag=tag,
             concurrency=concurrency,
-            progress=sys.stderr.isatty(),
+            cache_dir=cache_dir,
+            prompts_dir=prompts_dir,
+            batch=batch,
+            poll_s=poll_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            temperature=temperature,
         )
     except EvaluationError as exc:
         raise click.ClickException(str(exc)) from None
-    finally:
-        client.http.close()
     click.echo(
         f"{run.rows} rows: {run.already_labelled} already labelled, {run.from_cache} verdicts "
         f"from the cache, {run.asked} asked of {judge_model}"

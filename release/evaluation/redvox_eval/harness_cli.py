@@ -244,6 +244,8 @@ def do_judge(
     backoff_s=1.0,
     temperature=None,
 ):
+    """Judge every response under `paths` (through the Batch API first with `batch`), the
+    one judging step of `judge` and `run`: (tag, prompt set, JudgeRun, Usage)."""
     from .batch import BatchJudge, pending_tasks, state_path
     from .judge import PROMPTS_DIR, Endpoint, JudgeClient, JudgePrompts, Usage, VerdictCache
     from .judge_outputs import default_tag, judge_output_files
@@ -281,12 +283,7 @@ def do_judge(
         )
     finally:
         client.http.close()
-    click.echo(
-        f"judge: {run.rows} rows, {run.already_labelled} already labelled, {run.from_cache} "
-        f"from the cache, {run.asked} asked of {judge_model}; prompt set {prompts.sha256[:12]}"
-    )
-    click.echo("usage: " + json.dumps(usage.as_dict()))
-    return tag, prompts, run
+    return tag, prompts, run, usage
 
 
 @click.command()
@@ -359,7 +356,7 @@ def run(**options) -> None:
                 err=True,
             )
             sys.exit(1)
-        tag, prompts, _ = do_judge(
+        tag, prompts, judged, usage = do_judge(
             [out / "outputs"],
             out=out / "judged",
             base_url=judge_opts["judge_endpoint"],
@@ -372,6 +369,13 @@ def run(**options) -> None:
             batch=judge_opts["batch"],
             poll_s=judge_opts["poll_s"],
         )
+        click.echo(
+            f"judge: {judged.rows} rows, {judged.already_labelled} already labelled, "
+            f"{judged.from_cache} from the cache, {judged.asked} asked of "
+            f"{judge_opts['judge_model']}; "
+            f"prompt set {prompts.sha256[:12]}"
+        )
+        click.echo("usage: " + json.dumps(usage.as_dict()))
         written = do_report(
             out / "judged",
             reference,

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+import model_server
 import pytest
 from click.testing import CliRunner
 
@@ -26,21 +27,9 @@ Reply = tuple[int, dict[str, str], bytes]
 
 def completion(content: str, prompt_tokens: int = 100, completion_tokens: int = 10) -> Reply:
     body = {
+        **model_server.completion(content, prompt_tokens, completion_tokens),
         "id": "chatcmpl-1",
-        "object": "chat.completion",
         "model": "judge-1",
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": content},
-                "finish_reason": "stop",
-            }
-        ],
-        "usage": {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        },
     }
     return 200, {"Content-Type": "application/json"}, json.dumps(body).encode()
 

@@ -224,7 +224,10 @@ def infer(**options) -> None:
             err=True,
         )
         sys.exit(1)
-    click.echo(f"next: evaluate judge {options['out']} --out JUDGED_DIR")
+    from .cli import program  # the group's module imports this one
+
+    prog = program(click.get_current_context())
+    click.echo(f"next: {prog} judge {options['out']} --out JUDGED_DIR")
 
 
 def do_judge(

@@ -9,14 +9,15 @@ from its row alone (given the same noise bank).
 
 from __future__ import annotations
 
+import importlib
 import json
+import pkgutil
 
 import numpy as np
 
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
 
-from . import ambient, babble, silence, speech_ambient
 from .kind import NoiseKindModule
 from .seeding import PARAM_BOUNDS, SHARED_KEY, ConditionError, rng_for
 
@@ -33,13 +34,25 @@ def register_kind(module: NoiseKindModule) -> NoiseKindModule:
     return module
 
 
-for _module in (silence, ambient, babble, speech_ambient):
-    register_kind(_module)
+def _register_package_kinds() -> None:
+    """Register every module of this package that declares a `KIND`: a new kind is one new
+    file here (the helpers kind.py, levels.py and seeding.py declare none)."""
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda info: info.name):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        if hasattr(module, "KIND"):
+            register_kind(module)
+
+
+_register_package_kinds()
 
 
 def kind_module(kind: str) -> NoiseKindModule:
+    """The module of a registered kind; ConditionError naming the known ones otherwise
+    (a condition's `kind` is checked here, not by schemas, which cannot import noise)."""
     if kind not in KINDS:
-        raise ValueError(f"unknown noise condition kind {kind!r}; known kinds: {', '.join(KINDS)}")
+        raise ConditionError(
+            f"unknown noise condition kind {kind!r}; known kinds: {', '.join(sorted(KINDS))}"
+        )
     return KINDS[kind]
 
 

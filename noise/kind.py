@@ -1,9 +1,12 @@
 """The contract every noise-kind module (silence.py, ambient.py, ...) implements.
 
-A kind is a module, registered in `redvox.noise.KINDS` by its `KIND` name. The
-builder never branches on a kind's name: it asks the registry whether the kind
-mixes the participant's recording (`MIXES_SPEECH`) and otherwise only calls
-the three functions below, through `redvox.noise`.
+A kind is a module, registered in `redvox.noise.KINDS` by its `KIND` name: every
+module of this package that declares `KIND` is registered when `redvox.noise` is
+imported, so adding a kind is adding its file (a kind defined elsewhere, e.g. a
+test's, is added with `redvox.noise.register_kind`). The builder never branches
+on a kind's name: it asks the registry whether the kind mixes the participant's
+recording (`MIXES_SPEECH`) and otherwise only calls the three functions below,
+through `redvox.noise`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from redvox.sources.musan import NoiseBank
 
 @runtime_checkable
 class NoiseKindModule(Protocol):
-    # The `kind` of the conditions it renders (a value of schemas' NoiseKind).
+    # The `kind` of the conditions it renders (NoiseCondition.kind).
     KIND: str
     # True: a clip is the recording itself mixed with noise (one per row, as long as the
     # recording, a speech row); False: a clip of `duration_s` sent with a text request.

@@ -191,9 +191,6 @@ class Contribution(_Record):
         return (self.lang, self.item_key, self.participant_key)
 
 
-NoiseKind = Literal["silence", "ambient", "babble", "speech_ambient"]
-
-
 class NoiseCondition(_Record):
     """A distracting-audio condition; `name` becomes the rows' `audio_type`.
 
@@ -201,11 +198,16 @@ class NoiseCondition(_Record):
     from them for a clip are recorded on every row that uses it. Their physical
     bounds (snr_db [-20, 60] dB, level_dbfs [-80, 0] dBFS, speakers [1, 16]) are
     checked by `redvox.noise.check_condition` (noise/seeding.py PARAM_BOUNDS).
+
+    `kind` names a module of `redvox.noise` (silence, ambient, babble, speech_ambient,
+    ...); it is checked against that registry wherever a condition is used (a build's
+    config, `variants add`), since schemas cannot import noise: a new kind is one new
+    module, not an edit here too.
     """
 
     # At most 64 characters: the name becomes a folder name (`variants add`) and a column value.
     name: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
-    kind: NoiseKind
+    kind: str = Field(pattern=r"^[a-z][a-z0-9_]*$", max_length=64)
     duration_s: float = Field(default=6.0, gt=0, le=60, allow_inf_nan=False)
     sampling: Literal["shared", "per_entry"] = "shared"
     params: dict[str, Any] = Field(default_factory=dict)

@@ -3,7 +3,9 @@ registry is what the builder asks, and a new kind needs only its own module."""
 
 from __future__ import annotations
 
-from typing import get_args
+import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,16 +15,47 @@ from test_noise_kinds import make_bank
 from redvox import noise
 from redvox.builder.cache import BuildCache
 from redvox.builder.clips import ClipRenderer
+from redvox.builder.variants import VariantError, load_condition
+from redvox.builder.versions import VERSIONS, BuildConfig
 from redvox.noise.kind import NoiseKindModule
 from redvox.schemas import NoiseCondition
-from redvox.schemas.records import NoiseKind
 from redvox.sources.audio import flac_samples
 
 SEED = 20260601
 
 
-def test_the_schema_kinds_are_the_registered_kinds():
-    assert set(get_args(NoiseKind)) == set(noise.KINDS)
+def test_the_released_kinds_are_discovered_from_their_modules():
+    assert set(noise.KINDS) == {"silence", "ambient", "babble", "speech_ambient"}
+    assert all(module.__name__ == f"redvox.noise.{kind}" for kind, module in noise.KINDS.items())
+
+
+def test_a_kind_file_in_the_package_is_registered_without_other_edits(tmp_path, monkeypatch):
+    """Adding a kind is adding its module: the package registers every module with a KIND."""
+    shutil.copy(Path(toy_noise_kind.__file__), tmp_path / "toy_hum.py")
+    monkeypatch.setattr(noise, "KINDS", dict(noise.KINDS))
+    monkeypatch.setattr(noise, "__path__", [*noise.__path__, str(tmp_path)])
+    try:
+        noise._register_package_kinds()
+        assert noise.KINDS["toy_hum"].__name__ == "redvox.noise.toy_hum"
+        assert not noise.mixes_speech(NoiseCondition(name="hum", kind="toy_hum", duration_s=2.0))
+    finally:
+        sys.modules.pop("redvox.noise.toy_hum", None)
+
+
+def test_an_unknown_kind_is_refused_wherever_a_condition_is_used(tmp_path):
+    condition = NoiseCondition(name="hum", kind="toy_hum")  # the schema names no kinds
+    with pytest.raises(
+        noise.ConditionError, match="unknown noise condition kind 'toy_hum'.*babble"
+    ):
+        noise.check_condition(condition)
+    config = VERSIONS["1.1.0"].config.model_dump()
+    config["conditions"] = [*config["conditions"], condition.model_dump()]
+    with pytest.raises(ValueError, match="unknown noise condition kind 'toy_hum'"):
+        BuildConfig.model_validate(config)
+    path = tmp_path / "hum.yaml"
+    path.write_text("name: hum\nkind: toy_hum\n")
+    with pytest.raises(VariantError, match="hum.yaml: not a usable noise condition: unknown"):
+        load_condition(path)
 
 
 @pytest.mark.parametrize("kind", sorted(noise.KINDS))
@@ -52,13 +85,8 @@ def test_a_module_without_the_contract_is_refused(monkeypatch):
 def test_a_toy_kind_builds_clips_through_the_builder_path(tmp_path, monkeypatch):
     monkeypatch.setattr(noise, "KINDS", dict(noise.KINDS))
     noise.register_kind(toy_noise_kind)
-    # The schema's NoiseKind Literal names the released kinds (checked above), so the
-    # toy condition is constructed without validation; a released kind adds its name there.
-    fields = {"duration_s": 2.0, "params": {}, "description": ""}
-    shared = NoiseCondition.model_construct(name="hum", kind="toy_hum", sampling="shared", **fields)
-    each = NoiseCondition.model_construct(
-        name="hum2", kind="toy_hum", sampling="per_entry", **fields
-    )
+    shared = NoiseCondition(name="hum", kind="toy_hum", duration_s=2.0)
+    each = NoiseCondition(name="hum2", kind="toy_hum", duration_s=2.0, sampling="per_entry")
     noise.check_condition(shared)
     assert noise.renders_one_clip(shared) and not noise.mixes_speech(shared)
 

@@ -12,13 +12,6 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MIN_LINES = 11
 
-# Pairs reported on purpose, with why they are not one piece of code.
-ALLOWED = {
-    ("sources/demo/make_demo.py", "sources/demo/make_demo.py"): (
-        "the demo corpus's stereotype rows: data literals of one shape, not logic"
-    ),
-}
-
 HEADER = re.compile(r"^(?:(\d+) pairs? of places|no duplicates) \((\d+) files? read\)")
 ROW = re.compile(r"^D\d+ (\S+?):(\d+)-(\d+) ~ (\S+?):(\d+)-(\d+)(?: .*)?$")
 MORE = re.compile(r"^\(\+(\d+) more pairs?\)$")
@@ -64,7 +57,6 @@ def test_no_duplicate_over_10_lines_outside_tests():
         row
         for first, second, row in _pairs(_report())
         if not (first.startswith("tests/") and second.startswith("tests/"))
-        and (first, second) not in ALLOWED
     ]
     assert not found, (
         f"code written twice (runs of {MIN_LINES}+ lines); make one piece of code serve:\n"

@@ -64,73 +64,14 @@ class Stereotype:
     comment: str = ""
 
 
-STEREOTYPES = (
-    Stereotype("1.0", "_original", "gender", "['en', 'it']", "women", "[GENDER_PL] talk a lot.", {
-        "en": "Women talk a lot.", "fr": "Les femmes parlent beaucoup.",
-        "de": "Frauen reden viel.", "it": "Le donne parlano molto.",
-        "es": "Las mujeres hablan mucho."}),
-    Stereotype("2.0", "_original", "age", "['en', 'de']", "old people",
-        "[AGE_PL] are bad with technology.", {
-        "en": "Old people are bad with technology.",
-        "fr": "Les personnes âgées sont nulles en technologie.",
-        "de": "Alte Menschen können nicht mit Technik umgehen.",
-        "it": "Gli anziani non sono bravi con la tecnologia.",
-        "es": "Las personas mayores son malas con la tecnología."}),
-    Stereotype("2.1", "a", "age", "['en', 'de']", "young people",
-        "[AGE_PL] are bad with technology.", {
-        "en": "Young people are bad with technology.",
-        "fr": "Les jeunes sont nuls en technologie.",
-        "de": "Junge Menschen können nicht mit Technik umgehen.",
-        "it": "I giovani non sono bravi con la tecnologia.",
-        "es": "Los jóvenes son malos con la tecnología."},
-        comment="contrastive rewrite of 2.0"),
-    Stereotype("3.0", "_original", "nationality", "['fr', 'de']", "Italians",
-        "[NATIONALITY_PL] are always late.", {
-        "en": "Italians are always late.", "fr": "Les Italiens sont toujours en retard.",
-        "de": "Italiener kommen immer zu spät.", "it": "Gli italiani sono sempre in ritardo.",
-        "es": "Los italianos siempre llegan tarde."}),
-    Stereotype("4.0", "_original", "gender", "['es', 'it']", "men",
-        "[GENDER_PL] are bad at cooking.", {
-        "en": "Men are bad at cooking.", "fr": "Les hommes sont mauvais en cuisine.",
-        "de": "Männer können nicht kochen.", "it": "Gli uomini sono negati in cucina.",
-        "es": "Los hombres cocinan mal."}),
-    Stereotype("5.0", "_original", "nationality", "['en', 'fr']", "Germans",
-        "[NATIONALITY_PL] have no sense of humour.", {
-        "en": "Germans have no sense of humour.",
-        "fr": "Les Allemands n'ont pas le sens de l'humour.",
-        "de": "Deutsche haben keinen Humor.",
-        "it": "I tedeschi non hanno senso dell'umorismo.",
-        "es": "Los alemanes no tienen sentido del humor."}),
-    Stereotype("6.0", "_original", "physical-appearance", "['en']", "tall people",
-        "[APPEARANCE_PL] are good at basketball.", {
-        "en": "Tall people are good at basketball.",
-        "fr": "Les personnes grandes sont douées au basket.",
-        "de": "Große Menschen sind gut im Basketball.",
-        "it": "Le persone alte sono brave a basket.",
-        "es": "Las personas altas son buenas en baloncesto."}),
-    Stereotype("7.0", "_original", "regional-person", "['it', 'es']", "people from the countryside",
-        "[REGION_PL] are slow.", {
-        "en": "People from the countryside are slow.",
-        "fr": "Les gens de la campagne sont lents.",
-        "de": "Menschen vom Land sind langsam.",
-        "it": "La gente di campagna è lenta.",
-        "es": "La gente del campo es lenta."}),
-    # Deliberately not parallel: no German sentence.
-    Stereotype("8.0", "_original", "physical-appearance", "['en', 'it']", "redheads",
-        "[APPEARANCE_PL] have a bad temper.", {
-        "en": "Redheads have a bad temper.", "fr": "Les roux ont mauvais caractère.",
-        "de": "", "it": "I rossi di capelli hanno un brutto carattere.",
-        "es": "Los pelirrojos tienen mal carácter."},
-        comment="German translation pending"),
-    # Deliberately malformed index.
-    Stereotype("x.3", "_original", "profession", "['de']", "engineers",
-        "[PROFESSION_PL] have no social skills.", {
-        "en": "Engineers have no social skills.",
-        "fr": "Les ingénieurs n'ont aucune aptitude sociale.",
-        "de": "Ingenieure haben keine sozialen Kompetenzen.",
-        "it": "Gli ingegneri non hanno abilità sociali.",
-        "es": "Los ingenieros no tienen habilidades sociales."}),
-)  # fmt: skip
+def read_stereotypes(path: Path) -> tuple[Stereotype, ...]:
+    """The demo's stereotype rows, one JSON object per line of `stereotypes.jsonl` (data
+    kept out of code: two of them are broken on purpose, see MALFORMED_SHADES)."""
+    with path.open(encoding="utf-8") as f:
+        return tuple(Stereotype(**json.loads(line)) for line in f if line.strip())
+
+
+STEREOTYPES = read_stereotypes(DEMO_DIR / "stereotypes.jsonl")
 MALFORMED_SHADES = {"8.0": "no German sentence", "x.3": "malformed index"}
 # Header names written with stray whitespace, as spreadsheet exports do.
 PADDED_HEADERS = {

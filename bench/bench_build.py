@@ -142,7 +142,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     )
     from redvox.builder.vad import judge_recording
     from redvox.builder.versions import get_version
-    from redvox.noise import params_json, render, sample_params
+    from redvox.noise import render, sample_params
     from redvox.schemas import InputConfig, release_features
     from redvox.schemas.layout import shard_path
     from redvox.schemas.vocab import SETS
@@ -187,7 +187,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
             params = sample_params(condition, bank, seed=version.config.seed, entry_key="")
             clip = render(params, bank)
             ref = AudioRef("", f"{condition.name}.flac", len(clip) / 16000)
-            row = condition_row(rec, user_id, condition, ref, params_json(params), "b")
+            row = condition_row(rec, user_id, condition, ref, params.to_json(), "b")
             audio[row.entry.entry_key] = encode_flac(clip)
             rows.append(row)
     for dataset_set in SETS:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from redvox.noise import SHARED_KEY, mixes_speech, params_json, render, sample_params
+from redvox.noise import SHARED_KEY, ClipParams, mixes_speech, render, sample_params
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.audio import encode_flac, flac_samples
 from redvox.sources.musan import NoiseBank
@@ -30,7 +30,7 @@ class ClipRenderer:
         """The one clip every row of a shared condition points at, and its params JSON."""
         params = sample_params(condition, self.bank, seed=self.seed, entry_key=SHARED_KEY)
         name = shared_audio_name(condition.name)
-        return self._clip(params, name, None), params_json(params)
+        return self._clip(params, name, None), params.to_json()
 
     def per_entry(
         self,
@@ -53,11 +53,10 @@ class ClipRenderer:
             duration_s=speech_s if mixes else None,
         )
         clip = self._clip(params, audio_name(key), speech_digest if mixes else None)
-        return clip, params_json(params)
+        return clip, params.to_json()
 
-    def _clip(self, params: dict, name: str, speech_digest: str | None) -> AudioRef:
-        text = params_json(params)
-        key = digest_of("clip", text, speech_digest or "")
+    def _clip(self, params: ClipParams, name: str, speech_digest: str | None) -> AudioRef:
+        key = digest_of("clip", params.to_json(), speech_digest or "")
         fact = self.cache.get("clip", key)
         if fact is None:
             samples = flac_samples(self.cache.blob(speech_digest)) if speech_digest else None

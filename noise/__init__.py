@@ -2,9 +2,10 @@
 
 Sampling and rendering are separate steps, as in audiomentations, but the draws
 come from a generator derived from (version seed, entry key, condition name) and
-are all written into a JSON-serialisable params dict. That dict is stored on
-every row the clip is used for, so a clip can be audited and rendered again
-from its row alone (given the same noise bank).
+are all written into the kind's params record (noise/kind.py ClipParams). Its
+JSON is stored on every row the clip is used for, so a clip can be audited and
+rendered again from its row alone (`params_from_json`, then `render`, given the
+same noise bank).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
 
-from .kind import NoiseKindModule
+from .kind import ClipParams, NoiseKindModule
 from .seeding import PARAM_BOUNDS, SHARED_KEY, ConditionError, rng_for
 
 KINDS: dict[str, NoiseKindModule] = {}
@@ -26,7 +29,12 @@ KINDS: dict[str, NoiseKindModule] = {}
 
 def register_kind(module: NoiseKindModule) -> NoiseKindModule:
     """Add a kind module (see noise/kind.py) to the registry under its KIND."""
-    if not isinstance(module, NoiseKindModule) or not isinstance(module.MIXES_SPEECH, bool):
+    if (
+        not isinstance(module, NoiseKindModule)
+        or not isinstance(module.MIXES_SPEECH, bool)
+        or not (isinstance(module.PARAMS, type) and issubclass(module.PARAMS, ClipParams))
+        or module.PARAMS.KIND != module.KIND
+    ):
         raise TypeError(f"{module!r} does not implement noise/kind.py NoiseKindModule")
     if module.KIND in KINDS and KINDS[module.KIND] is not module:
         raise ValueError(f"noise kind {module.KIND!r} is already registered")
@@ -80,29 +88,41 @@ def sample_params(
     seed: int,
     entry_key: str,
     duration_s: float | None = None,
-) -> dict:
+) -> ClipParams:
     """The params of the clip of `condition` for `entry_key` (ignored for shared sampling)."""
     key = SHARED_KEY if condition.is_shared else entry_key
     rng = rng_for(seed, key, condition.name)
     return kind_module(condition.kind).sample_params(rng, condition, bank, duration_s=duration_s)
 
 
-def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
+def render(params: ClipParams, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
     """float32 mono 16 kHz audio of the clip; clip kinds ignore `speech`."""
-    if params.get("sample_rate") != SAMPLE_RATE:
-        raise ValueError(
-            f"params are for {params.get('sample_rate')!r} Hz; this builder renders {SAMPLE_RATE} Hz"
+    if params.sample_rate != SAMPLE_RATE:
+        raise ConditionError(
+            f"params are for {params.sample_rate!r} Hz; this builder renders {SAMPLE_RATE} Hz"
         )
-    return kind_module(params.get("kind")).render(params, bank, speech=speech)
+    return kind_module(params.KIND).render(params, bank, speech=speech)
 
 
-def params_json(params: dict) -> str:
-    """Canonical JSON: equal params give equal strings, hence equal clip-cache keys."""
-    return json.dumps(params, sort_keys=True, separators=(",", ":"), allow_nan=False)
+def params_from_dict(data: Mapping[str, Any]) -> ClipParams:
+    """The params record of a row's `condition_params` (parsed), by its `kind`."""
+    return kind_module(data.get("kind")).PARAMS.from_dict(data)
+
+
+def params_from_json(text: str) -> ClipParams:
+    """The params record of a row's `condition_params` JSON."""
+    try:
+        data = json.loads(text)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ConditionError(f"condition_params is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConditionError(f"condition_params is not a JSON object: {text!r}")
+    return params_from_dict(data)
 
 
 __all__ = [
     "KINDS",
+    "ClipParams",
     "PARAM_BOUNDS",
     "SHARED_KEY",
     "ConditionError",
@@ -110,7 +130,8 @@ __all__ = [
     "check_condition",
     "kind_module",
     "mixes_speech",
-    "params_json",
+    "params_from_dict",
+    "params_from_json",
     "register_kind",
     "render",
     "renders_one_clip",

@@ -8,16 +8,54 @@ least its minimum) caps the number drawn at the voices it has.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
 import numpy as np
 
-from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 
+from .kind import ClipParams
 from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
-from .seeding import check_param_keys, draw_db, draw_offset, param_range, usable_files
+from .seeding import (
+    ConditionError,
+    check_param_keys,
+    draw_db,
+    draw_offset,
+    param_range,
+    usable_files,
+)
 
 KIND = "babble"
 MIXES_SPEECH = False
+
+
+@dataclasses.dataclass(frozen=True)
+class BabbleVoice:
+    speaker: str
+    file: str  # relative to the bank's root
+    offset_s: float
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class BabbleParams(ClipParams, kind=KIND):
+    speakers: tuple[BabbleVoice, ...]
+    level_dbfs: float
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BabbleParams:
+        try:
+            voices = tuple(BabbleVoice(**voice) for voice in data.get("speakers") or ())
+        except TypeError as exc:
+            raise ConditionError(
+                f"babble params: a voice is not speaker/file/offset_s: {exc}"
+            ) from None
+        return super().from_dict({**data, "speakers": voices})
+
+
+PARAMS = BabbleParams
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
@@ -34,7 +72,7 @@ def sample_params(
     bank: NoiseBank,
     *,
     duration_s: float | None = None,
-) -> dict:
+) -> BabbleParams:
     """Draws, in this order: how many speakers, which ones, then per speaker a file and
     an offset, then the level of the mix."""
     ranges = check_condition(condition)
@@ -52,29 +90,29 @@ def sample_params(
         files = by_speaker[names[index]]
         chosen = files[rng.integers(len(files))]
         offset = draw_offset(rng, chosen.duration_s, condition.duration_s)
-        speakers.append({"speaker": chosen.speaker, "file": chosen.rel, "offset_s": offset})
-    return {
-        "kind": KIND,
-        "duration_s": condition.duration_s,
-        "sample_rate": SAMPLE_RATE,
-        "speakers": speakers,
-        "level_dbfs": draw_db(rng, *ranges["level_dbfs"]),
-    }
+        speakers.append(BabbleVoice(chosen.speaker, chosen.rel, offset))
+    return BabbleParams(
+        duration_s=condition.duration_s,
+        speakers=tuple(speakers),
+        level_dbfs=draw_db(rng, *ranges["level_dbfs"]),
+    )
 
 
-def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
-    length = num_samples(params["duration_s"])
+def render(
+    params: BabbleParams, bank: NoiseBank, *, speech: np.ndarray | None = None
+) -> np.ndarray:
+    length = num_samples(params.duration_s)
     mix = np.zeros(length, dtype=np.float64)
-    for voice in params["speakers"]:
-        excerpt = bank.excerpt(voice["file"], voice["offset_s"], length)
+    for voice in params.speakers:
+        excerpt = bank.excerpt(voice.file, voice.offset_s, length)
         if is_silent(excerpt):
             raise NoiseBankError(
-                f"{bank.root / voice['file']}: digital silence from {voice['offset_s']} s, "
+                f"{bank.root / voice.file}: digital silence from {voice.offset_s} s, "
                 "no voice to add to the babble; remove the file from the bank"
             )
         # Equal levels, so no single voice stands out of the crowd.
         mix += scale_to_dbfs(excerpt, 0.0)
-    return clip_to_full_scale(scale_to_dbfs(mix, params["level_dbfs"]))
+    return clip_to_full_scale(scale_to_dbfs(mix, params.level_dbfs))
 
 
 def _files_by_speaker(bank: NoiseBank) -> dict[str, list[NoiseFile]]:

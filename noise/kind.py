@@ -11,12 +11,59 @@ through `redvox.noise`.
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+import dataclasses
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
 import numpy as np
 
-from redvox.schemas import NoiseCondition
+from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
+
+from .seeding import ConditionError
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ClipParams:
+    """Every draw of one clip: a kind subclasses it with its own fields (`PARAMS`).
+
+    The dict form (`to_dict`, with `kind` added) is what the rows record in
+    `condition_params` and, as canonical JSON (`to_json`), what keys the clip cache:
+    a field's name and value are part of the release, so renaming one is a new
+    version. `from_dict` reads it back exactly (a row's params re-render its clip).
+    """
+
+    KIND: ClassVar[str]
+    duration_s: float
+    sample_rate: int = SAMPLE_RATE
+
+    def __init_subclass__(cls, *, kind: str | None = None, **kwargs: Any) -> None:
+        """`class AmbientParams(ClipParams, kind="ambient")`: the kind its dict names."""
+        super().__init_subclass__(**kwargs)
+        if kind is not None:
+            cls.KIND = kind
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.KIND, **dataclasses.asdict(self)}
+
+    def to_json(self) -> str:
+        """Canonical JSON: equal params give equal strings, hence equal clip-cache keys."""
+        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """The params a `to_dict` wrote: this kind, exactly these fields (ConditionError
+        naming what differs otherwise, e.g. params of another builder's version)."""
+        if data.get("kind") != cls.KIND:
+            raise ConditionError(f"params of kind {data.get('kind')!r}, not {cls.KIND!r}")
+        names = {field.name for field in dataclasses.fields(cls)}
+        missing, unknown = sorted(names - set(data)), sorted(set(data) - names - {"kind"})
+        if missing or unknown:
+            raise ConditionError(
+                f"{cls.KIND} params: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
+            )
+        return cls(**{name: data[name] for name in names})
 
 
 @runtime_checkable
@@ -26,6 +73,8 @@ class NoiseKindModule(Protocol):
     # True: a clip is the recording itself mixed with noise (one per row, as long as the
     # recording, a speech row); False: a clip of `duration_s` sent with a text request.
     MIXES_SPEECH: bool
+    # The record of one clip's draws (a ClipParams subclass whose KIND is the kind's).
+    PARAMS: type[ClipParams]
 
     def check_condition(self, condition: NoiseCondition) -> None:
         """Raise ConditionError when the condition's params do not fit the kind."""
@@ -37,10 +86,10 @@ class NoiseKindModule(Protocol):
         bank: NoiseBank,
         *,
         duration_s: float | None = None,
-    ) -> dict:
-        """Every draw of one clip, JSON-serialisable, with `kind` and `sample_rate`."""
+    ) -> ClipParams:
+        """Every draw of one clip, as the kind's PARAMS."""
 
     def render(
-        self, params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None
+        self, params: ClipParams, bank: NoiseBank, *, speech: np.ndarray | None = None
     ) -> np.ndarray:
         """float32 mono audio of the clip the params describe."""

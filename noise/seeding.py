@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas import NoiseCondition
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import keyed_hash
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
@@ -113,26 +113,3 @@ def db_range(condition: NoiseCondition, key: str) -> dict[str, tuple[float, floa
     level_dbfs, speech_ambient's snr_db): `{key: (min, max)}`."""
     check_param_keys(condition, {key})
     return {key: param_range(condition, key)}
-
-
-def sample_excerpt(
-    kind: str,
-    rng: np.random.Generator,
-    bank: NoiseBank,
-    duration_s: float,
-    ranges: dict[str, tuple[float, float]],
-) -> dict:
-    """The params of one excerpt of `duration_s` of a MUSAN noise file. Draws, in this
-    order: the file, the offset, then a dB value per range (rounded by draw_db)."""
-    files = usable_files(bank, "noise")
-    chosen = files[rng.integers(len(files))]
-    params = {
-        "kind": kind,
-        "duration_s": duration_s,
-        "sample_rate": SAMPLE_RATE,
-        "file": chosen.rel,
-        "offset_s": draw_offset(rng, chosen.duration_s, duration_s),
-    }
-    for key, (low, high) in ranges.items():
-        params[key] = draw_db(rng, low, high)
-    return params

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank
 
+from .kind import ClipParams
 from .levels import num_samples
 from .seeding import check_param_keys
 
 KIND = "silence"
 MIXES_SPEECH = False
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SilenceParams(ClipParams, kind=KIND):
+    """Nothing is drawn: the length and the rate are all there is."""
+
+
+PARAMS = SilenceParams
 
 
 def check_condition(condition: NoiseCondition) -> None:
@@ -24,11 +35,13 @@ def sample_params(
     bank: NoiseBank,
     *,
     duration_s: float | None = None,
-) -> dict:
+) -> SilenceParams:
     """Nothing is drawn: silence has no parameters but its length."""
     check_condition(condition)
-    return {"kind": KIND, "duration_s": condition.duration_s, "sample_rate": SAMPLE_RATE}
+    return SilenceParams(duration_s=condition.duration_s)
 
 
-def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
-    return np.zeros(num_samples(params["duration_s"]), dtype=np.float32)
+def render(
+    params: SilenceParams, bank: NoiseBank, *, speech: np.ndarray | None = None
+) -> np.ndarray:
+    return np.zeros(num_samples(params.duration_s), dtype=np.float32)

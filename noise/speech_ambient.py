@@ -16,6 +16,7 @@ Two deliberate differences from the transform used as is:
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,22 @@ import numpy as np
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError
 
+from .excerpt import ExcerptParams, sample_excerpt
 from .levels import is_silent, num_samples
-from .seeding import db_range, sample_excerpt
+from .seeding import db_range
 
 KIND = "speech_ambient"
 MIXES_SPEECH = True
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class SpeechAmbientParams(ExcerptParams, kind=KIND):
+    """`duration_s` is the recording's: the params are for that recording only."""
+
+    snr_db: float
+
+
+PARAMS = SpeechAmbientParams
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
@@ -40,7 +52,7 @@ def sample_params(
     bank: NoiseBank,
     *,
     duration_s: float | None = None,
-) -> dict:
+) -> SpeechAmbientParams:
     """Draws, in this order: the noise file, the offset, the SNR. `duration_s` is the
     speech recording's (len(speech) / 16000); `condition.duration_s` does not apply."""
     ranges = check_condition(condition)
@@ -49,33 +61,35 @@ def sample_params(
             f"condition {condition.name!r} (speech_ambient): pass duration_s, the speech "
             f"recording's duration in seconds (got {duration_s!r})"
         )
-    return sample_excerpt(KIND, rng, bank, duration_s, ranges)
+    return sample_excerpt(SpeechAmbientParams, rng, bank, duration_s, ranges)
 
 
-def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -> np.ndarray:
+def render(
+    params: SpeechAmbientParams, bank: NoiseBank, *, speech: np.ndarray | None = None
+) -> np.ndarray:
     # Imported here: audiomentations pulls in scipy.signal and librosa (~2 s), which
     # every `redvox` command importing this package would otherwise pay for.
     from audiomentations import AddBackgroundNoise
 
     speech = _checked_speech(params, speech)
-    noise_path = bank.path(params["file"])
+    noise_path = bank.path(params.file)
     # audiomentations reads the file itself; NoiseBank.load first refuses a file with
     # NaN/inf samples with a NoiseBankError naming it (librosa would raise its own error).
-    bank.load(params["file"])
+    bank.load(params.file)
     transform = AddBackgroundNoise(
         sounds_path=noise_path,
-        min_snr_db=params["snr_db"],
-        max_snr_db=params["snr_db"],
+        min_snr_db=params.snr_db,
+        max_snr_db=params.snr_db,
         noise_rms="relative",
-        noise_transform=_looped_to(speech.size, noise_path, params["offset_s"]),
+        noise_transform=_looped_to(speech.size, noise_path, params.offset_s),
         p=1.0,
     )
     transform.parameters = {
         "should_apply": True,
-        "snr_db": params["snr_db"],
+        "snr_db": params.snr_db,
         "noise_file_path": str(noise_path),
-        "offset": params["offset_s"],
-        "duration": params["duration_s"],
+        "offset": params.offset_s,
+        "duration": params.duration_s,
     }
     transform.freeze_parameters()
     mix = transform(speech, SAMPLE_RATE)
@@ -83,14 +97,14 @@ def render(params: dict, bank: NoiseBank, *, speech: np.ndarray | None = None) -
     return (mix / peak if peak > 1.0 else mix).astype(np.float32)
 
 
-def _checked_speech(params: dict, speech: np.ndarray | None) -> np.ndarray:
+def _checked_speech(params: SpeechAmbientParams, speech: np.ndarray | None) -> np.ndarray:
     if speech is None:
         raise ValueError("speech_ambient renders onto a speech recording: pass speech=")
     speech = np.ascontiguousarray(speech, dtype=np.float32)
-    if speech.ndim != 1 or speech.size != num_samples(params["duration_s"]):
+    if speech.ndim != 1 or speech.size != num_samples(params.duration_s):
         raise ValueError(
             f"speech has shape {speech.shape} but the params are for a mono recording of "
-            f"{params['duration_s']} s ({num_samples(params['duration_s'])} samples at 16 kHz): "
+            f"{params.duration_s} s ({num_samples(params.duration_s)} samples at 16 kHz): "
             "they were sampled for another recording"
         )
     if is_silent(speech):

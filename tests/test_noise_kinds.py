@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -56,7 +57,7 @@ def clip(condition: NoiseCondition, bank: NoiseBank, key: str = "en/shades:1.0/u
 
 def test_silence_is_six_seconds_of_digital_zeros(bank: NoiseBank):
     params, audio = clip(V1["silence"], bank)
-    assert params == {"kind": "silence", "duration_s": 6.0, "sample_rate": RATE}
+    assert params.to_dict() == {"kind": "silence", "duration_s": 6.0, "sample_rate": RATE}
     assert audio.dtype == np.float32 and audio.shape == (96_000,)
     assert not audio.any()
 
@@ -66,9 +67,9 @@ def test_ambient_hits_its_absolute_level(bank: NoiseBank):
         condition = V1["noise_a"].model_copy(update={"sampling": "per_entry"})
         params, audio = clip(condition, bank, key)
         assert audio.dtype == np.float32 and audio.shape == (96_000,)
-        assert -35.0 <= params["level_dbfs"] <= -25.0
-        assert abs(dbfs(audio) - params["level_dbfs"]) < 0.1
-        assert params["file"] in {f.rel for f in bank.of("noise")}
+        assert -35.0 <= params.level_dbfs <= -25.0
+        assert abs(dbfs(audio) - params.level_dbfs) < 0.1
+        assert params.file in {f.rel for f in bank.of("noise")}
         assert np.abs(audio).max() <= 1.0
 
 
@@ -80,24 +81,24 @@ def test_ambient_loops_a_short_file_without_a_silent_tail(tmp_path: Path):
 
     params, audio = clip(V1["noise_a"], short)
 
-    assert params["file"] == "noise/synth/white.wav"
-    assert params["offset_s"] == 0.0
+    assert params.file == "noise/synth/white.wav"
+    assert params.offset_s == 0.0
     period = round(1.5 * RATE)
     np.testing.assert_allclose(audio[period : 2 * period], audio[:period], rtol=1e-6)
     last_second = audio[-RATE:]
-    assert abs(dbfs(last_second) - params["level_dbfs"]) < 0.5
+    assert abs(dbfs(last_second) - params.level_dbfs) < 0.5
 
 
 def test_babble_mixes_at_least_three_distinct_speakers(bank: NoiseBank):
     params, audio = clip(V1["noise_b"], bank)
 
-    voices = params["speakers"]
+    voices = params.speakers
     assert 3 <= len(voices) <= 5  # the bank has 5 voices, the range is [3, 7]
-    assert len({v["speaker"] for v in voices}) == len(voices)
+    assert len({v.speaker for v in voices}) == len(voices)
     assert audio.shape == (96_000,)
-    assert abs(dbfs(audio) - params["level_dbfs"]) < 0.1
+    assert abs(dbfs(audio) - params.level_dbfs) < 0.1
     for v in voices:
-        single = bank.excerpt(v["file"], v["offset_s"], audio.size)
+        single = bank.excerpt(v.file, v.offset_s, audio.size)
         correlation = np.corrcoef(single, audio)[0, 1]
         assert abs(correlation) < 0.9, f"babble is mostly {v['speaker']} alone"
 
@@ -126,7 +127,7 @@ def test_speech_ambient_hits_the_snr(bank: NoiseBank, target: float):
     )
     mixed = noise.render(params, bank, speech=speech)
 
-    assert params["snr_db"] == target
+    assert params.snr_db == target
     assert mixed.dtype == np.float32 and mixed.shape == speech.shape
     assert abs(snr_db(speech, mixed - speech) - target) < 0.5
 
@@ -174,7 +175,7 @@ def test_same_inputs_give_identical_params_and_audio(bank: NoiseBank, name: str)
 
     def build(b: NoiseBank, key: str):
         params = noise.sample_params(condition, b, seed=SEED, entry_key=key, duration_s=4.0)
-        return noise.params_json(params), noise.render(params, b, speech=speech)
+        return params.to_json(), noise.render(params, b, speech=speech)
 
     first_json, first_audio = build(bank, "fr/shades:3.0/u/x")
     again_json, again_audio = build(fresh_bank, "fr/shades:3.0/u/x")
@@ -190,10 +191,33 @@ def test_shared_sampling_gives_every_entry_the_same_clip(bank: NoiseBank):
     assert noise.sample_params(V1["noise_b"], bank, seed=SEED + 1, entry_key="en/a") != first
 
 
-def test_params_json_is_canonical():
-    assert noise.params_json({"b": 1, "a": [0.5, {"d": 2, "c": 1}]}) == (
-        '{"a":[0.5,{"c":1,"d":2}],"b":1}'
-    )
+def test_params_json_is_canonical_and_reads_back_as_the_same_record(bank: NoiseBank):
+    params = noise.sample_params(V1["noise_b"], bank, seed=SEED, entry_key="en/a")
+    text = params.to_json()
+    # Sorted keys, no spaces: the clip-cache key and the rows' condition_params.
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":"))
+    assert list(json.loads(text)) == ["duration_s", "kind", "level_dbfs", "sample_rate", "speakers"]
+    assert list(json.loads(text)["speakers"][0]) == ["file", "offset_s", "speaker"]
+    for name, condition in V1.items():
+        drawn = noise.sample_params(condition, bank, seed=SEED, entry_key="k", duration_s=3.0)
+        again = noise.params_from_json(drawn.to_json())
+        assert again == drawn and type(again) is type(drawn), name
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ('{"kind":"silence","duration_s":6.0}', "missing \\['sample_rate'\\]"),
+        ('{"kind":"silence","duration_s":6.0,"sample_rate":16000,"gain":1}', "unknown \\['gain'\\]"),
+        ('{"kind":"babble","duration_s":6.0,"sample_rate":16000,"level_dbfs":-30,'
+         '"speakers":[{"file":"a.wav"}]}', "a voice is not speaker/file/offset_s"),
+        ('[1, 2]', "not a JSON object"),
+        ('{"kind":', "not JSON"),
+    ],
+)  # fmt: skip
+def test_params_that_are_not_a_kinds_record_are_refused(text: str, problem: str):
+    with pytest.raises(noise.ConditionError, match=problem):
+        noise.params_from_json(text)
 
 
 def test_bank_without_noise_files_is_an_error(tmp_path: Path):
@@ -221,7 +245,7 @@ def test_silent_noise_file_is_named(tmp_path: Path):
 
 def test_unknown_kind_lists_the_known_ones(bank: NoiseBank):
     with pytest.raises(ValueError, match="ambient, babble, silence, speech_ambient"):
-        noise.render({"kind": "hum", "duration_s": 6.0, "sample_rate": RATE}, bank)
+        noise.params_from_dict({"kind": "hum", "duration_s": 6.0, "sample_rate": RATE})
 
 
 def test_demo_bank_renders_every_declared_condition():
@@ -243,7 +267,7 @@ def test_demo_bank_renders_every_declared_condition():
         else:
             assert audio.size == 96_000, name
         if condition.kind == "babble":
-            assert len({v["speaker"] for v in params["speakers"]}) >= 3
+            assert len({v.speaker for v in params.speakers}) >= 3
 
 
 @pytest.mark.parametrize("kind", ["ambient", "speech_ambient"])

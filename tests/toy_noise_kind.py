@@ -6,8 +6,11 @@ It implements noise/kind.py NoiseKindModule and nothing else: registering it
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
+from redvox.noise.kind import ClipParams
 from redvox.noise.levels import num_samples
 from redvox.noise.seeding import check_param_keys
 from redvox.schemas import SAMPLE_RATE
@@ -16,20 +19,23 @@ KIND = "toy_hum"
 MIXES_SPEECH = False
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ToyParams(ClipParams, kind=KIND):
+    level: float
+
+
+PARAMS = ToyParams
+
+
 def check_condition(condition) -> None:
     check_param_keys(condition, set())
 
 
-def sample_params(rng, condition, bank, *, duration_s=None) -> dict:
+def sample_params(rng, condition, bank, *, duration_s=None) -> ToyParams:
     check_condition(condition)
-    return {
-        "kind": KIND,
-        "duration_s": condition.duration_s,
-        "sample_rate": SAMPLE_RATE,
-        "level": round(float(rng.uniform(0.01, 0.1)), 6),
-    }
+    return ToyParams(duration_s=condition.duration_s, level=round(float(rng.uniform(0.01, 0.1)), 6))
 
 
-def render(params, bank, *, speech=None) -> np.ndarray:
-    t = np.arange(num_samples(params["duration_s"])) / SAMPLE_RATE
-    return (params["level"] * np.sin(2 * np.pi * 50 * t)).astype(np.float32)
+def render(params: ToyParams, bank, *, speech=None) -> np.ndarray:
+    t = np.arange(num_samples(params.duration_s)) / SAMPLE_RATE
+    return (params.level * np.sin(2 * np.pi * 50 * t)).astype(np.float32)

@@ -3,7 +3,10 @@
 Two kinds of entries:
 - blobs: FLAC bytes by their sha256 (normalised recordings, rendered clips);
 - facts: small JSON documents by (kind, key), e.g. `vad` by decoded-audio hash
-  + VAD params, `clip` by condition params, `decoded` by source file hash.
+  + VAD params, `clip` by condition params, `decoded` by source file hash. Each
+  kind is a typed record (`Fact`: `DecodeFact`, `VadResult`, `ClipFact`, ...) that
+  names its kind and converts itself to and from the stored JSON, so no caller
+  handles the JSON or spells a kind.
 
 Everything is written atomically, so an interrupted build leaves complete
 entries only and the rerun picks up where it stopped. Everything is checked when
@@ -18,6 +21,7 @@ import json
 import warnings
 from collections import Counter
 from pathlib import Path
+from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from redvox.schemas.errors import UserError
 
@@ -31,6 +35,35 @@ def digest_of(*parts: str | bytes) -> str:
         digest.update(part.encode() if isinstance(part, str) else part)
         digest.update(b"\x1f")
     return digest.hexdigest()
+
+
+class Fact(Protocol):
+    """A record the cache stores as a fact of kind `KIND`. `from_dict` raises (KeyError,
+    TypeError, ValueError) on a document of another shape, which `BuildCache.get` reads
+    as a miss: a fact left by another version of the code is recomputed, not trusted."""
+
+    KIND: ClassVar[str]
+
+    def to_dict(self) -> dict[str, Any]: ...
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Self: ...
+
+
+F = TypeVar("F", bound=Fact)
+
+
+def checked(
+    d: dict[str, Any], name: str, kinds: type | tuple[type, ...], *, each: type | None = None
+) -> Any:
+    """`d[name]`, checked to be of `kinds` (and, for a list, every item of `each`), for
+    `Fact.from_dict`: a wrong shape raises, so the fact is a miss rather than a value of
+    the wrong type deep in the build."""
+    value = d[name]
+    items = value if each is not None and isinstance(value, list) else ()
+    if not isinstance(value, kinds) or not all(isinstance(v, each) for v in items):
+        raise TypeError(f"fact field {name!r}: unexpected {type(value).__name__} {value!r:.60}")
+    return value
 
 
 class CacheError(UserError, RuntimeError):
@@ -95,9 +128,11 @@ class BuildCache:
     def _fact_path(self, kind: str, key: str) -> Path:
         return self.root / kind / key[:2] / f"{key}.json"
 
-    def get(self, kind: str, key: str) -> dict | None:
-        """The fact, or None (a miss) when absent, unreadable, without the checksum it was
-        written with, or pointing at a blob that is missing or damaged."""
+    def get(self, record: type[F], key: str) -> F | None:
+        """The fact of `record`'s kind, or None (a miss) when absent, unreadable, without
+        the checksum it was written with, of another shape than `record`, or pointing at a
+        blob that is missing or damaged."""
+        kind = record.KIND
         path = self._fact_path(kind, key)
         try:
             stored = json.loads(path.read_text(encoding="utf-8"))
@@ -112,16 +147,20 @@ class BuildCache:
         if not isinstance(fact, dict) or stored.get("sha256") != _fact_sha256(kind, key, fact):
             self._discard(path, kind, "checksum mismatch: edited or damaged")
             return None
+        try:
+            parsed = record.from_dict(fact)
+        except (KeyError, TypeError, ValueError):
+            return None  # intact but of another shape: recomputed, and put() replaces it
         if "blob" in fact and not self.has_blob(fact["blob"]):
             return None
         self.hits[kind] += 1
-        return fact
+        return parsed
 
-    def put(self, kind: str, key: str, fact: dict) -> None:
+    def put(self, key: str, record: Fact) -> None:
+        kind, fact = record.KIND, record.to_dict()
         self.computed[kind] += 1
-        stored = {"fact": fact, "sha256": _fact_sha256(kind, key, fact)}
-        body = json.dumps(stored, sort_keys=True).encode()
-        atomic_write_bytes(self._fact_path(kind, key), body, durable=False)
+        body = json.dumps({"fact": fact, "sha256": _fact_sha256(kind, key, fact)}, sort_keys=True)
+        atomic_write_bytes(self._fact_path(kind, key), body.encode(), durable=False)
 
     def _discard(self, path: Path, kind: str, reason: str) -> None:
         self.discarded[kind] += 1

@@ -8,14 +8,33 @@ version renders only its new conditions.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from redvox.noise import SHARED_KEY, ClipParams, mixes_speech, render, sample_params
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.audio import encode_flac, flac_samples
 from redvox.sources.musan import NoiseBank
 
-from .cache import BuildCache, digest_of
+from .cache import BuildCache, checked, digest_of
 from .rows import AudioRef, audio_name, shared_audio_name
+
+
+@dataclass(frozen=True)
+class ClipFact:
+    """A rendered clip, as the `clip` cache stores it (`to_dict`): its FLAC blob and
+    duration, all a row needs to point at it without loading the audio."""
+
+    KIND: ClassVar[str] = "clip"
+
+    blob: str
+    duration_s: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"blob": self.blob, "duration_s": self.duration_s}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClipFact:
+        return cls(checked(d, "blob", str), checked(d, "duration_s", float))
 
 
 @dataclass
@@ -57,13 +76,10 @@ class ClipRenderer:
 
     def _clip(self, params: ClipParams, name: str, speech_digest: str | None) -> AudioRef:
         key = digest_of("clip", params.to_json(), speech_digest or "")
-        fact = self.cache.get("clip", key)
+        fact = self.cache.get(ClipFact, key)
         if fact is None:
             samples = flac_samples(self.cache.blob(speech_digest)) if speech_digest else None
             clip = render(params, self.bank, speech=samples)
-            fact = {
-                "blob": self.cache.put_blob(encode_flac(clip)),
-                "duration_s": len(clip) / SAMPLE_RATE,
-            }
-            self.cache.put("clip", key, fact)
-        return AudioRef(fact["blob"], name, fact["duration_s"])
+            fact = ClipFact(self.cache.put_blob(encode_flac(clip)), len(clip) / SAMPLE_RATE)
+            self.cache.put(key, fact)
+        return AudioRef(fact.blob, name, fact.duration_s)

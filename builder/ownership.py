@@ -20,7 +20,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import NoneType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -28,7 +29,7 @@ from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
 from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 
-from .cache import BuildCache, digest_of
+from .cache import BuildCache, checked, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
 
@@ -242,16 +243,33 @@ def exclude_shared_audio(
     return result
 
 
+@dataclass(frozen=True)
+class FingerprintFact:
+    """The fingerprint of a recording no set admits, as the `fingerprint` cache stores it
+    (`to_dict`): `Fingerprint.to_text`, or None when its audio does not decode."""
+
+    KIND: ClassVar[str] = "fingerprint"
+
+    fingerprint: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"fingerprint": self.fingerprint}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> FingerprintFact:
+        return cls(checked(d, "fingerprint", (str, NoneType)))
+
+
 def _file_fingerprint(
     path: Path, file_sha: str, cache: BuildCache, limits: AudioLimits
 ) -> Fingerprint | None:
     key = digest_of(FINGERPRINT_FORMAT, file_sha, limits.model_dump_json())
-    fact = cache.get("fingerprint", key)
+    fact = cache.get(FingerprintFact, key)
     if fact is None:
         try:
             text = fingerprint(decode_audio(path, limits=limits).samples).to_text()
         except AudioDecodeError:
             text = None  # unusable audio is released nowhere
-        fact = {"fingerprint": text}
-        cache.put("fingerprint", key, fact)
-    return Fingerprint.from_text(fact["fingerprint"]) if fact["fingerprint"] else None
+        fact = FingerprintFact(text)
+        cache.put(key, fact)
+    return Fingerprint.from_text(fact.fingerprint) if fact.fingerprint else None

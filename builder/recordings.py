@@ -10,12 +10,13 @@ from __future__ import annotations
 import functools
 import multiprocessing
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from types import NoneType
+from typing import Any, ClassVar
 
 import numpy as np
 from tqdm import tqdm
@@ -31,7 +32,7 @@ from redvox.sources.audio import (
     flac_samples,
 )
 
-from .cache import BuildCache, digest_of
+from .cache import BuildCache, checked, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
 from .ownership import fingerprint
@@ -48,14 +49,14 @@ VAD_BATCH = 64
 # fingerprint; the audio limits are in the key too.
 DECODE_FORMAT = "decode-v2"
 
-T = TypeVar("T")
-
 
 @dataclass(frozen=True)
 class DecodeFact:
     """What decoding one recording gave, as the `decoded` cache stores it (`to_dict`):
     the released FLAC (`blob`), its duration, its defects and its ownership
     fingerprint; or, when it could not be decoded, only why (`error`)."""
+
+    KIND: ClassVar[str] = "decoded"
 
     blob: str | None = None  # None until the parent stores the FLAC, and on error
     duration_s: float | None = None
@@ -81,13 +82,14 @@ class DecodeFact:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> DecodeFact:
+        """A stored fact always has its blob: the parent stores the FLAC before the fact."""
         if "error" in d:
-            return cls(error=d["error"])
+            return cls(error=checked(d, "error", str))
         return cls(
-            blob=d.get("blob"),
-            duration_s=d["duration_s"],
-            problems=tuple(d["problems"]),
-            fingerprint=d["fingerprint"],
+            blob=checked(d, "blob", str),
+            duration_s=checked(d, "duration_s", float),
+            problems=tuple(checked(d, "problems", list, each=str)),
+            fingerprint=checked(d, "fingerprint", (str, NoneType)),
         )
 
 
@@ -214,11 +216,9 @@ def normalise_recordings(
     vad_json = vad_params.model_dump_json()
     limits_json = limits.model_dump_json()
     decode_keys = [digest_of(DECODE_FORMAT, sha, limits_json) for sha in file_shas]
-    facts = [_cached(cache, "decoded", k, DecodeFact.from_dict) for k in decode_keys]
+    facts = [cache.get(DecodeFact, k) for k in decode_keys]
     verdicts = [
-        _cached(cache, "vad", digest_of("vad", f.blob, vad_json), VadResult.from_json)
-        if f and f.usable
-        else None
+        cache.get(VadResult, digest_of("vad", f.blob, vad_json)) if f and f.usable else None
         for f in facts
     ]
     todo = [i for i, f in enumerate(facts) if f is None or (f.usable and verdicts[i] is None)]
@@ -243,17 +243,12 @@ def normalise_recordings(
                     fact = replace(fact, blob=cache.put_blob(flac))
                 if facts[i] is None:
                     facts[i] = fact
-                    cache.put("decoded", decode_keys[i], fact.to_dict())
+                    cache.put(decode_keys[i], fact)
                 if verdict is not None:
                     verdicts[i] = verdict
-                    cache.put("vad", digest_of("vad", fact.blob, vad_json), verdict.to_json())
+                    cache.put(digest_of("vad", fact.blob, vad_json), verdict)
             bar.update(len(span))
     return [_outcome(r, f, v) for r, f, v in zip(recordings, facts, verdicts, strict=True)]
-
-
-def _cached(cache: BuildCache, kind: str, key: str, parse: Callable[[dict], T]) -> T | None:
-    fact = cache.get(kind, key)
-    return None if fact is None else parse(fact)
 
 
 def _outcome(rec: Recording, fact: DecodeFact, verdict: VadResult | None) -> SpeechOutcome:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from tqdm import tqdm
 
@@ -22,15 +23,33 @@ from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
 from redvox.sources.audio import flac_samples
 
-from .cache import BuildCache, digest_of
+from .cache import BuildCache, checked, digest_of
 from .join import Recording
 from .recordings import SpeechOutcome
 from .versions import TranscribeConfig
 
-KIND = "transcript"
 # Bumped when what is stored, or how it is computed, changes.
 TRANSCRIPT_FORMAT = "transcript-v1"
 INSTALL_HINT = "install with pip install 'redvox[asr]'"
+
+
+@dataclass(frozen=True)
+class TranscriptFact:
+    """One recording's ASR transcript, as the `transcript` cache stores it (`to_dict`),
+    with the identity of the model that wrote it (for whoever reads the cache: the key
+    already binds it)."""
+
+    KIND: ClassVar[str] = "transcript"
+
+    text: str
+    model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "model": self.model}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TranscriptFact:
+        return cls(checked(d, "text", str), checked(d, "model", str))
 
 
 class TranscribeError(UserError, RuntimeError):
@@ -143,10 +162,10 @@ def transcribe_recordings(
         options = decode_options(config, lang)
         digest = outcomes[i].audio.digest  # type: ignore[union-attr]
         key = transcript_key(digest, identity, lang, options)
-        fact = cache.get(KIND, key)
-        if fact is None or not isinstance(fact.get("text"), str):
+        fact = cache.get(TranscriptFact, key)
+        if fact is None:
             samples = flac_samples(cache.blob(digest))
-            fact = {"text": model.transcribe(samples, options), "model": identity}
-            cache.put(KIND, key, fact)
-        transcripts[i] = fact["text"]
+            fact = TranscriptFact(model.transcribe(samples, options), identity)
+            cache.put(key, fact)
+        transcripts[i] = fact.text
     return transcripts

@@ -15,8 +15,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
-from types import ModuleType
-from typing import Any
+from types import ModuleType, NoneType
+from typing import Any, ClassVar
 
 import numpy as np
 import onnxruntime as ort
@@ -24,6 +24,7 @@ from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
 
+from .cache import checked
 from .versions import VadParams
 
 # What silero's OnnxWrapper feeds the 16 kHz model: 512 new samples after the last 64
@@ -149,13 +150,17 @@ def timestamps_from_probabilities(
 
 @dataclass(frozen=True)
 class VadResult:
+    """The VAD verdict on one recording, as the `vad` cache stores it (`to_dict`)."""
+
+    KIND: ClassVar[str] = "vad"
+
     segments: tuple[tuple[float, float], ...]  # (start, end) in seconds
     speech_s: float
     speech_ratio: float  # speech_s / recording duration
     valid: bool
     reason: str | None  # why the recording is quarantined; None when valid
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "segments": [list(segment) for segment in self.segments],
             "speech_s": self.speech_s,
@@ -165,13 +170,14 @@ class VadResult:
         }
 
     @classmethod
-    def from_json(cls, d: dict[str, Any]) -> VadResult:
+    def from_dict(cls, d: dict[str, Any]) -> VadResult:
+        segments = checked(d, "segments", list, each=list)
         return cls(
-            segments=tuple((float(start), float(end)) for start, end in d["segments"]),
-            speech_s=float(d["speech_s"]),
-            speech_ratio=float(d["speech_ratio"]),
-            valid=bool(d["valid"]),
-            reason=d["reason"],
+            segments=tuple((float(start), float(end)) for start, end in segments),
+            speech_s=checked(d, "speech_s", float),
+            speech_ratio=checked(d, "speech_ratio", float),
+            valid=checked(d, "valid", bool),
+            reason=checked(d, "reason", (str, NoneType)),
         )
 
 

@@ -7,14 +7,20 @@ import hashlib
 import json
 import shutil
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from redvox.builder.build_cli import summary
 from redvox.builder.cache import BuildCache, CacheWarning
+from redvox.builder.clips import ClipFact
+from redvox.builder.ownership import FingerprintFact
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.pseudonym import KEY_ENV
+from redvox.builder.recordings import DecodeFact
+from redvox.builder.transcribe import TranscriptFact
+from redvox.builder.vad import VadResult
 from redvox.builder.versions import VERSIONS
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
@@ -130,6 +136,64 @@ def test_unreadable_and_old_format_facts_are_misses(clean, cache_copy, tmp_path)
     assert [str(w.message) for w in caught if str(old) in str(w.message)] == []  # no warning
     assert any(str(unreadable) in str(w.message) for w in caught)
     assert report.computed["clip"] == 2
+    assert files_of(tmp_path / "out" / "1.0.0" / "full") == files_of(clean[0])
+
+
+@dataclass(frozen=True)
+class Reshaped:
+    """A fact of `KIND` in another shape (as another version of the code might have left
+    it), stored through the cache's own `put`, so its checksum is valid."""
+
+    KIND: str
+    fact: dict
+
+    def to_dict(self) -> dict:
+        return self.fact
+
+
+def reshape(cache: Path, path: Path, fact: dict) -> None:
+    """Replace the fact at `path` (`cache/KIND/xx/KEY.json`) by `fact`, validly signed."""
+    BuildCache(cache).put(path.stem, Reshaped(path.parent.parent.name, fact))
+
+
+AUDIO = b"stand-in audio"
+BLOB = hashlib.sha256(AUDIO).hexdigest()
+RECORDS = [
+    DecodeFact(blob=BLOB, duration_s=2.5, problems=("clipped",), fingerprint="AAAA"),
+    DecodeFact(blob=BLOB, duration_s=2.5, fingerprint=None),
+    DecodeFact(error="not an audio file"),
+    VadResult(((0.5, 1.25),), 0.75, 0.3, True, None),
+    VadResult((), 0.0, 0.0, False, "no speech detected"),
+    ClipFact(BLOB, 6.0),
+    FingerprintFact("AAAA"),
+    FingerprintFact(None),
+    TranscriptFact("ciao", "openai-whisper:tiny"),
+]
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=repr)
+def test_every_fact_kind_round_trips_through_the_cache(record, tmp_path):
+    as_json = json.loads(json.dumps(record.to_dict()))
+    assert type(record).from_dict(as_json) == record
+    cache = BuildCache(tmp_path)
+    assert cache.put_blob(AUDIO) == BLOB  # the blob a fact may point at
+    cache.put("k" * 64, record)
+    assert cache.get(type(record), "k" * 64) == record
+
+
+@pytest.mark.parametrize("kind", ["decoded", "vad", "clip", "fingerprint"])
+def test_facts_of_another_shape_are_misses_and_recomputed(kind, clean, cache_copy, tmp_path):
+    (retyped, first), (truncated, second) = list(facts(cache_copy, kind).items())[:2]
+    reshape(cache_copy, retyped, {name: {"a": "dict"} for name in first["fact"]})
+    reshape(cache_copy, truncated, dict(list(second["fact"].items())[1:]))  # a field less
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", CacheWarning)  # intact: a miss, not damage
+        report = build(tmp_path / "out", cache_copy)
+    assert report.computed[kind] == 2
+    assert {p: s for p, s in facts(cache_copy, kind).items() if p in (retyped, truncated)} == {
+        retyped: first,
+        truncated: second,
+    }
     assert files_of(tmp_path / "out" / "1.0.0" / "full") == files_of(clean[0])
 
 

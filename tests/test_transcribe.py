@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 import whisper
+from test_integrity import facts, reshape
 from whisper.model import ModelDimensions, Whisper
 
 from redvox.builder.pipeline import BuildOptions, build_version
@@ -163,6 +164,19 @@ def test_transcripts_are_deterministic_across_cold_builds(built, tmp_path, monke
     shutil.rmtree(cache / "transcript")  # decodes kept, every transcript computed again
     report = build_version(built["version"], CONFIG, options(tmp_path, cache))
     assert report.computed["transcript"] == built["cold"].computed["transcript"]
+    again = {r["entry_key"]: r["transcript"] for r in rows_of(tmp_path / "9.1.0" / "full")}
+    assert again == {r["entry_key"]: r["transcript"] for r in built["asr"]}
+
+
+def test_a_transcript_fact_of_another_shape_is_computed_again(built, tmp_path, monkeypatch):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    cache = tmp_path / "cache"
+    shutil.copytree(built["cache"], cache)
+    (path, stored), *_ = facts(cache, "transcript").items()
+    reshape(cache, path, {**stored["fact"], "text": None})
+    report = build_version(built["version"], CONFIG, options(tmp_path, cache))
+    assert report.computed["transcript"] == 1
+    assert facts(cache, "transcript")[path] == stored
     again = {r["entry_key"]: r["transcript"] for r in rows_of(tmp_path / "9.1.0" / "full")}
     assert again == {r["entry_key"]: r["transcript"] for r in built["asr"]}
 

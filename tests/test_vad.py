@@ -194,7 +194,7 @@ def test_judge_of_an_empty_recording_is_no_speech():
 def test_vad_result_survives_the_json_cache():
     stamps = [{"start": 513, "end": 7137}, {"start": 8736, "end": 27617}]
     result = judge_recording(stamps, 40000, VadParams())
-    restored = VadResult.from_json(json.loads(json.dumps(result.to_json())))
+    restored = VadResult.from_dict(json.loads(json.dumps(result.to_dict())))
     assert restored == result
     rejected = judge_recording([], 40000, VadParams())
-    assert VadResult.from_json(json.loads(json.dumps(rejected.to_json()))) == rejected
+    assert VadResult.from_dict(json.loads(json.dumps(rejected.to_dict()))) == rejected

@@ -161,9 +161,13 @@ def test_transcripts_are_deterministic_across_cold_builds(built, tmp_path, monke
     monkeypatch.delenv(KEY_ENV, raising=False)
     cache = tmp_path / "cache"
     shutil.copytree(built["cache"], cache)
-    shutil.rmtree(cache / "transcript")  # decodes kept, every transcript computed again
+    # Five transcripts computed again (decodes and the others kept): each must come out
+    # as the cold build wrote it (a handful is enough to show it and keeps the test fast).
+    dropped = list(facts(cache, "transcript"))[:5]
+    for path in dropped:
+        path.unlink()
     report = build_version(built["version"], CONFIG, options(tmp_path, cache))
-    assert report.computed["transcript"] == built["cold"].computed["transcript"]
+    assert report.computed["transcript"] == len(dropped) == 5
     again = {r["entry_key"]: r["transcript"] for r in rows_of(tmp_path / "9.1.0" / "full")}
     assert again == {r["entry_key"]: r["transcript"] for r in built["asr"]}
 

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +180,7 @@ def holds_build_lock(folder: Path) -> bool:
     return any(root == path or root in path.parents for root in _held)
 
 
-def shard_recipe(rows: Sequence[ShardRow]) -> str:
+def shard_recipe(rows: Iterable[ShardRow]) -> str:
     """sha256 of everything that decides the shard's bytes: equal recipes, equal files."""
     digest = hashlib.sha256(f"format={FORMAT};pyarrow={pa.__version__}\n".encode())
     for row in rows:
@@ -236,11 +236,15 @@ def recorded_hashes(folder: Path) -> dict[str, str]:
 
 def write_shard(
     path: Path,
-    rows: Sequence[ShardRow],
+    rows: Iterable[ShardRow],
     load_audio: Callable[[str], bytes],
     recorded_sha256: str | None = None,
 ) -> ShardUpdate:
     """Write the rows (already in ID order) to `path`.
+
+    `rows` is gone over twice, for the recipe and then to write them, one row group at
+    a time: a list, or a re-iterable that makes the rows anew each time, so that a
+    shard's rows need not all be in memory at once (never a one-shot iterator).
 
     An existing shard is kept (KEPT, nothing written: a warm rebuild rewrites
     nothing) only when its footer holds the same recipe and the whole file has the
@@ -249,6 +253,8 @@ def write_shard(
     damaged and rewritten (REPAIRED); one without a recorded hash cannot be
     trusted and is rewritten too (WRITTEN).
     """
+    if iter(rows) is rows:
+        raise TypeError("write_shard goes over the rows twice: pass a list or a re-iterable")
     recipe = shard_recipe(rows)
     existing = existing_recipe(path)
     recorded = recorded_sha256 is not None
@@ -297,7 +303,7 @@ def _writer_schema() -> pa.Schema:
 
 
 def _row_groups(
-    rows: Sequence[ShardRow], load_audio: Callable[[str], bytes]
+    rows: Iterable[ShardRow], load_audio: Callable[[str], bytes]
 ) -> Iterator[tuple[list[ShardRow], dict[str, bytes]]]:
     """Consecutive rows cut into groups of one audio_type and bounded unique audio."""
     group: list[ShardRow] = []

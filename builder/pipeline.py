@@ -132,6 +132,23 @@ def _build_locked(
 ) -> BuildReport:
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
+    context = _prepare(version, config, options)
+    report = BuildReport(version.version)
+    record_inputs(Path(options.out) / version.version, config, context.inputs_hashes)
+    for dataset_set in options.sets:
+        folder = Path(options.out) / version.version / dataset_set
+        report.sets[dataset_set] = write_set(context, dataset_set, folder)
+    cache = context.cache
+    report.computed, report.cache_hits = cache.computed, cache.hits
+    report.cache_discarded = cache.discarded
+    return report
+
+
+def _prepare(version: DatasetVersion, config: InputConfig, options: BuildOptions) -> _SetContext:
+    """Every step before the sets are written: inputs, join, consent, decode, VAD,
+    ownership, takes, transcripts and the rows' sources. A function of its own so that
+    what only these steps use (the inputs as read, with the raw cells of every
+    contributions line; the audio paths) is let go before the shards are written."""
     inputs = load_inputs(config, progress=options.progress)
     _refuse_fatal(inputs)
     key = load_pseudonym_key(config.pseudonym_key_file)
@@ -140,11 +157,54 @@ def _build_locked(
         check_condition(condition)
     joined = join_inputs(inputs, version.config.languages)
     states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
+    cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
+    wanted, file_shas, outcomes = _speech(
+        joined.recordings, states, version, config, cache, options
+    )
+    takes = resolve_takes(wanted, outcomes)
+    renderer = ClipRenderer(bank, cache, version.config.seed)
+    user_ids = _user_ids(inputs, joined.quarantine, key)
+    transcripts = transcribe_recordings(
+        takes.recordings, takes.chosen, version.config.transcribe, cache, options.progress
+    )
+    sources, maker = expand_rows(
+        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress, transcripts
+    )
+    return _SetContext(
+        version=version,
+        inputs_hashes=inputs.input_hashes,
+        noise_bank=bank.fingerprint(),
+        file_shas={
+            r.contribution.audio_file: sha for r, sha in zip(wanted, file_shas, strict=True)
+        },
+        sources=sources,
+        maker=maker,
+        states=states,
+        recordings=joined.recordings,
+        join_quarantine=joined.quarantine,
+        outcomes=takes.outcomes,
+        user_ids=user_ids,
+        item_keys=frozenset(item.key for item in inputs.items),
+        cache=cache,
+        progress=options.progress,
+    )
+
+
+def _speech(
+    recordings: Sequence[Recording],
+    states: dict[str, ConsentState],
+    version: DatasetVersion,
+    config: InputConfig,
+    cache: BuildCache,
+    options: BuildOptions,
+) -> tuple[list[Recording], list[str], list[SpeechOutcome]]:
+    """The recordings admitted to any set, the sha256 of their files and their outcomes:
+    decoded, judged by VAD, and refused where their audio is also filed under another
+    participant (the recordings no set admits are fingerprinted for that too)."""
     wanted, others = [], []
-    for r in joined.recordings:
+    for r in recordings:
         admitted = admitted_to_any(states[r.participant_key], options.sets)
         (wanted if admitted else others).append(r)
-    cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
     file_shas = [sha256_file(p) for p in paths]
     outcomes = normalise_recordings(
@@ -162,41 +222,7 @@ def _build_locked(
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
-    takes = resolve_takes(wanted, outcomes)
-    outcomes = takes.outcomes
-    renderer = ClipRenderer(bank, cache, version.config.seed)
-    user_ids = _user_ids(inputs, joined.quarantine, key)
-    transcripts = transcribe_recordings(
-        takes.recordings, takes.chosen, version.config.transcribe, cache, options.progress
-    )
-    sources, maker = expand_rows(
-        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress, transcripts
-    )
-    context = _SetContext(
-        version=version,
-        inputs_hashes={**inputs.input_hashes, "noise_bank": bank.fingerprint()},
-        file_shas={
-            r.contribution.audio_file: sha for r, sha in zip(wanted, file_shas, strict=True)
-        },
-        sources=sources,
-        maker=maker,
-        states=states,
-        recordings=joined.recordings,
-        join_quarantine=joined.quarantine,
-        outcomes=outcomes,
-        user_ids=user_ids,
-        item_keys=frozenset(item.key for item in inputs.items),
-        cache=cache,
-        progress=options.progress,
-    )
-    report = BuildReport(version.version)
-    record_inputs(Path(options.out) / version.version, config, inputs.input_hashes)
-    for dataset_set in options.sets:
-        folder = Path(options.out) / version.version / dataset_set
-        report.sets[dataset_set] = write_set(context, dataset_set, folder)
-    report.computed, report.cache_hits = cache.computed, cache.hits
-    report.cache_discarded = cache.discarded
-    return report
+    return wanted, file_shas, outcomes
 
 
 def _refuse_fatal(inputs: Inputs) -> None:
@@ -311,7 +337,8 @@ class _ShardRows:
 @dataclass(frozen=True)
 class _SetContext:
     version: DatasetVersion
-    inputs_hashes: dict[str, str]
+    inputs_hashes: dict[str, str]  # sha256 of each input file, as build-inputs.json records
+    noise_bank: str  # the noise bank's fingerprint
     file_shas: dict[str, str]  # audio_file -> sha256, recordings admitted to any set
     sources: list[RowSource]  # one per recording that has rows (takes resolved)
     maker: RowMaker
@@ -415,6 +442,7 @@ def _manifest(
     config = context.version.config
     recordings = [r for r in context.recordings if r.participant_key in admitted]
     audio = _audio_digest(recordings, context.file_shas)
+    inputs = {**context.inputs_hashes, "noise_bank": context.noise_bank, "audio": audio}
     return {
         "version": context.version.version,
         "set": dataset_set,
@@ -422,7 +450,7 @@ def _manifest(
         "seed": config.seed,
         "languages": list(config.languages),
         "conditions": [c.model_dump(mode="json") for c in config.conditions],
-        "inputs": dict(sorted({**context.inputs_hashes, "audio": audio}.items())),
+        "inputs": dict(sorted(inputs.items())),
         "shared_clips": {
             name: {"params": json.loads(params), "audio_sha256": clip.digest}
             for name, (clip, params) in sorted(context.maker.shared.items())

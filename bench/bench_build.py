@@ -133,13 +133,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     from redvox.builder.consent import consent_states, rows_for_set
     from redvox.builder.join import join_inputs
     from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
-    from redvox.builder.rows import (
-        AudioRef,
-        audio_type_rank,
-        condition_row,
-        number_rows,
-        speech_row,
-    )
+    from redvox.builder.rows import AudioRef, condition_row, natural_key, speech_row
     from redvox.builder.vad import judge_recording
     from redvox.builder.versions import get_version
     from redvox.noise import render, sample_params
@@ -190,14 +184,20 @@ def run_baseline(config_path: Path, out: Path) -> dict:
             row = condition_row(rec, user_id, condition, ref, params.to_json(), "b")
             audio[row.entry.entry_key] = encode_flac(clip)
             rows.append(row)
+    rank = {"speech": 0, **{c.name: i + 1 for i, c in enumerate(version.config.conditions)}}
+
+    def order(row):  # every row of a language sorted: the builder's ID order
+        e = row.entry
+        return (rank[e.audio_type], e.source, natural_key(e.original_id), e.user_id)
+
     for dataset_set in SETS:
-        numbered = number_rows(
-            rows_for_set(rows, states, dataset_set), audio_type_rank(version.config.conditions)
-        )
-        for lang, shard_rows in numbered.items():
+        by_lang: dict[str, list] = {}
+        for row in rows_for_set(rows, states, dataset_set):
+            by_lang.setdefault(row.entry.lang, []).append(row)
+        for lang, shard_rows in sorted(by_lang.items()):
             records = []
-            for shard_row in shard_rows:
-                record = shard_row.entry.model_dump()
+            for row_id, shard_row in enumerate(sorted(shard_rows, key=order)):
+                record = shard_row.entry.model_dump() | {"ID": row_id}
                 record["audio"]["bytes"] = audio[shard_row.entry.entry_key]
                 records.append(record)
             path = shard_path(out / dataset_set, lang)

@@ -12,9 +12,16 @@ one JSON line with the figures.
 
 Scale 10 is about 15,000 recordings (17 h of audio): its corpus writes ~15k files
 under the work folder, each scale's folder deleted once measured unless --keep.
-On 2 CPUs, --workers 2 (Dec 2026): 0.5 -> 8.9 s, 1 -> 17.1 s, 10 -> 107.9 s; a fit of
-5.4 s fixed + 6.0 s per audio hour (R^2 0.999). Worker RSS flat at ~360 MB; the
-parent's peak grew 351 -> 377 -> 1032 MB (not investigated here).
+On 2 CPUs, --workers 2 (Dec 2026, two runs): 0.5 -> 6.1-6.5 s, 1 -> 10.4-12.1 s,
+10 -> 84.5-85.8 s; a fit of 2.0-3.3 s fixed + 4.8-4.9 s per audio hour (R^2 >= 0.9997).
+Worker RSS flat at ~360 MB; the parent's peak 314 -> 323-332 -> 388-391 MB (it was
+349 -> 379 -> 807 MB, same machine, when it held every row, the ownership lookup's
+chance pairs and the fingerprints to the end). What still grows is per
+recording, not per row: ~2.1 KB live (the contributions as records, ~1.2 KB; the
+recording, its outcome, file sha256 and audio name) plus memory the decode and
+ownership steps freed that the writer's allocations (Arrow's pool, Python's object
+arenas) do not reuse; the writer itself (`datasets`, Arrow, one row group) is
+~190 MB at any scale.
 """
 
 from __future__ import annotations

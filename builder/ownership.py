@@ -16,6 +16,8 @@ silence between words of two unrelated recordings does not match.
 from __future__ import annotations
 
 import base64
+import math
+from array import array
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -51,6 +53,10 @@ MAX_LAG = 25  # frames (200 ms): encoder delay and padding of a converted copy
 MIN_OVERLAP = 60  # active frames (0.5 s) both sides must share to compare at all
 # Sub-fingerprints found in this many recordings say nothing (silence-like frames).
 COMMON = 64
+# Words two recordings must share at one offset (within a frame) to be compared.
+MIN_HITS = 2
+# Active frames whose words are sorted at once: about 20 bytes each while they are.
+WORDS_PER_PASS = 1 << 21
 
 FINGERPRINT_FORMAT = "hk-v1"
 
@@ -125,25 +131,65 @@ def bit_error(a: Fingerprint, b: Fingerprint, lags: Iterable[int] | None = None)
     return best
 
 
+def _decoded(fp: Fingerprint | str | None) -> Fingerprint | None:
+    """A fingerprint given in its text form (`Fingerprint.to_text`) is decoded each time it
+    is used: the collection's fingerprints are never all decoded at once."""
+    return Fingerprint.from_text(fp) if isinstance(fp, str) else fp
+
+
+def _frames(fp: Fingerprint | str | None) -> int:
+    """About how many frames a fingerprint has, without decoding it (to plan passes)."""
+    if fp is None:
+        return 0
+    return len(fp.bits) if isinstance(fp, Fingerprint) else len(fp) * 6 // 33
+
+
 def _offset_votes(
-    fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]
+    fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]
 ) -> dict[tuple[int, int], Counter[int]]:
-    """For each pair of recordings of different owners sharing a word of an active frame
-    (a word found in at most COMMON recordings), how many words they share at each
-    offset within MAX_LAG. One sort of every (word, recording, frame) of the collection:
-    memory stays a few bytes per frame, however many recordings there are."""
+    """For each pair of recordings of different owners sharing at least MIN_HITS words of
+    active frames (a word found in at most COMMON recordings), how many words they
+    share at each offset within MAX_LAG.
+
+    The (word, recording, frame) of every active frame of the collection are sorted by
+    word, in passes of about WORDS_PER_PASS frames each taking one range of word values
+    (lowest first: the order one sort of them all gives): memory stays bounded however
+    many recordings there are. Each shared word is first noted in 8 bytes, and only
+    pairs sharing enough get a Counter (pairs sharing one word by chance grow with the
+    square of the collection)."""
+    frames = sum(_frames(fp) for fp in fingerprints)
+    range_bits = max(0, math.ceil(math.log2(max(1, frames) / WORDS_PER_PASS)))
+    shared = array("q")  # _SPAN * (i * count + j) + offset + MAX_LAG, in the order found
+    for k in range(1 << range_bits):
+        lo, hi = k << (32 - range_bits), (k + 1) << (32 - range_bits)
+        _note_shared_words(fingerprints, owners, lo, hi, shared)
+    return _votes(np.frombuffer(shared, np.int64), len(fingerprints))
+
+
+def _note_shared_words(
+    fingerprints: Sequence[Fingerprint | str | None],
+    owners: Sequence[str],
+    lo: int,
+    hi: int,
+    shared: array,
+) -> None:
+    """Append to `shared` every word in [lo, hi) that two recordings of different owners
+    share within MAX_LAG frames, in word order, then in recording order."""
     words, frames, owner_of = [], [], []
-    for i, fp in enumerate(fingerprints):
+    for i, item in enumerate(fingerprints):
+        fp = _decoded(item)
         if fp is None:
             continue
         positions = np.flatnonzero(fp.active)
         unique, first = np.unique(fp.bits[positions], return_index=True)
-        words.append(unique)
-        frames.append(positions[first].astype(np.int32))
+        a, b = np.searchsorted(unique, lo), len(unique)
+        if hi < 1 << 32:
+            b = np.searchsorted(unique, hi)
+        words.append(unique[a:b])
+        frames.append(positions[first[a:b]].astype(np.int32))
         owner_of.append(i)
-    votes: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
     if not words:
-        return votes
+        return
     ends = np.cumsum([len(w) for w in words])
     frame = np.concatenate(frames)
     del frames
@@ -157,6 +203,7 @@ def _offset_votes(
     chain_starts = np.r_[True, np.diff(repeats) != 1] if len(repeats) else np.zeros(0, bool)
     starts = repeats[chain_starts]
     sizes = np.diff(np.r_[np.flatnonzero(chain_starts), len(repeats)]) + 1
+    count = len(fingerprints)
     for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
         if size > COMMON:
             continue
@@ -168,12 +215,29 @@ def _offset_votes(
         for x, (i, at_i) in enumerate(holders):
             for j, at_j in holders[x + 1 :]:
                 if owners[i] != owners[j] and abs(at_i - at_j) <= MAX_LAG:
-                    votes[min(i, j), max(i, j)][at_i - at_j if i < j else at_j - at_i] += 1
+                    pair = min(i, j) * count + max(i, j)
+                    offset = at_i - at_j if i < j else at_j - at_i
+                    shared.append(_SPAN * pair + offset + MAX_LAG)
+
+
+_SPAN = 2 * MAX_LAG + 1  # offsets -MAX_LAG..MAX_LAG
+
+
+def _votes(shared: np.ndarray, count: int) -> dict[tuple[int, int], Counter[int]]:
+    """The offset votes of the pairs sharing at least MIN_HITS words (`shared` as
+    `_offset_votes` notes them), each Counter filled in the order the words were found."""
+    pairs = shared // _SPAN
+    unique, hits = np.unique(pairs, return_counts=True)
+    votes: dict[tuple[int, int], Counter[int]] = defaultdict(Counter)
+    for code in shared[np.isin(pairs, unique[hits >= MIN_HITS])].tolist():
+        pair, offset = divmod(code, _SPAN)
+        votes[divmod(pair, count)][offset - MAX_LAG] += 1
     return votes
 
 
-def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[str]) -> set:
-    """Pairs (i, j), i < j, of recordings of different owners that are the same audio.
+def matching_pairs(fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]) -> set:
+    """Pairs (i, j), i < j, of recordings of different owners that are the same audio
+    (a fingerprint may be given in its text form: see `_decoded`).
 
     Candidates share at least two exact sub-fingerprints of active frames at the same
     offset (the Haitsma-Kalker lookup: a copy shares words at one lag, unrelated
@@ -188,10 +252,11 @@ def matching_pairs(fingerprints: Sequence[Fingerprint | None], owners: Sequence[
             ((o, offsets[o - 1] + offsets[o] + offsets[o + 1]) for o in offsets),
             key=lambda vote: (vote[1], -abs(vote[0])),
         )
-        if hits < 2:
+        if hits < MIN_HITS:
             continue
         near = range(max(-MAX_LAG, lag - 2), min(MAX_LAG, lag + 2) + 1)
-        if bit_error(fingerprints[i], fingerprints[j], near) <= MAX_BIT_ERROR:
+        a, b = _decoded(fingerprints[i]), _decoded(fingerprints[j])
+        if bit_error(a, b, near) <= MAX_BIT_ERROR:
             pairs.add((i, j))
     return pairs
 
@@ -214,9 +279,12 @@ def exclude_shared_audio(
     `others` are the joined recordings no set admits: they are never released, but a
     public participant's row must not carry their voice, so they are fingerprinted too
     (behind the cache, keyed by file hash; their audio is not stored).
+
+    The outcomes come back without their fingerprints: this is their only reader, and
+    at about 3.5 KB a recording they would otherwise be held to the end of the build.
     """
     recordings = [*admitted, *others]
-    prints = [Fingerprint.from_text(o.fingerprint) if o.fingerprint else None for o in outcomes]
+    prints: list[Fingerprint | str | None] = [o.fingerprint or None for o in outcomes]
     prints += [
         _file_fingerprint(p, sha, cache, limits)
         for p, sha in zip(other_paths, other_shas, strict=True)
@@ -226,7 +294,7 @@ def exclude_shared_audio(
     for i, j in pairs:
         partners[i].append(j)
         partners[j].append(i)
-    result = list(outcomes)
+    result = [replace(outcome, fingerprint=None) for outcome in outcomes]
     for i, found in partners.items():
         if i >= len(admitted):
             continue
@@ -236,7 +304,7 @@ def exclude_shared_audio(
             "a recording belongs to one participant, fix the audio_file of the wrong rows"
         )
         result[i] = replace(
-            outcomes[i],
+            result[i],
             audio=None,
             quarantine=recording_quarantine(admitted[i], "ownership", reason, SHARED_AUDIO),
         )

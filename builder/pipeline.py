@@ -1,8 +1,9 @@
 """`redvox build`: inputs -> join -> consent -> decode -> VAD -> variants -> shards.
 
 Each step is its own module; this one wires them, keeps the expensive work
-behind the cache and writes the two sets. Recordings are processed in chunks so
-memory stays flat however large the collection is.
+behind the cache and writes the two sets. Recordings are processed in chunks, and
+rows are never held: what the parent keeps grows with the recordings (their
+records), not with the rows, which each shard makes one at a time as it is written.
 """
 
 from __future__ import annotations
@@ -10,17 +11,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tqdm import tqdm
 
 from redvox.noise import check_condition, mixes_speech, renders_one_clip
-from redvox.schemas import ConsentState, InputConfig
+from redvox.schemas import ConsentState, InputConfig, NoiseCondition
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
-from redvox.schemas.vocab import PUBLIC, SETS, SPEECH_AUDIO_TYPE, DatasetSet
+from redvox.schemas.vocab import PUBLIC, SETS, DatasetSet
 from redvox.sources.inputs import Inputs, load_inputs
 from redvox.sources.musan import read_noise_bank
 
@@ -52,12 +53,15 @@ from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
     AudioRef,
     PendingRow,
-    audio_name,
-    audio_type_rank,
+    RowSource,
     built_by,
     condition_row,
-    number_rows,
+    id_order,
+    kind_name,
+    numbered,
     row_entry_key,
+    row_source,
+    shard_sources,
     speech_row,
 )
 from .takes import resolve_takes
@@ -128,6 +132,23 @@ def _build_locked(
 ) -> BuildReport:
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
+    context = _prepare(version, config, options)
+    report = BuildReport(version.version)
+    record_inputs(Path(options.out) / version.version, config, context.inputs_hashes)
+    for dataset_set in options.sets:
+        folder = Path(options.out) / version.version / dataset_set
+        report.sets[dataset_set] = write_set(context, dataset_set, folder)
+    cache = context.cache
+    report.computed, report.cache_hits = cache.computed, cache.hits
+    report.cache_discarded = cache.discarded
+    return report
+
+
+def _prepare(version: DatasetVersion, config: InputConfig, options: BuildOptions) -> _SetContext:
+    """Every step before the sets are written: inputs, join, consent, decode, VAD,
+    ownership, takes, transcripts and the rows' sources. A function of its own so that
+    what only these steps use (the inputs as read, with the raw cells of every
+    contributions line; the audio paths) is let go before the shards are written."""
     inputs = load_inputs(config, progress=options.progress)
     _refuse_fatal(inputs)
     key = load_pseudonym_key(config.pseudonym_key_file)
@@ -136,11 +157,54 @@ def _build_locked(
         check_condition(condition)
     joined = join_inputs(inputs, version.config.languages)
     states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
+    cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
+    wanted, file_shas, outcomes = _speech(
+        joined.recordings, states, version, config, cache, options
+    )
+    takes = resolve_takes(wanted, outcomes)
+    renderer = ClipRenderer(bank, cache, version.config.seed)
+    user_ids = _user_ids(inputs, joined.quarantine, key)
+    transcripts = transcribe_recordings(
+        takes.recordings, takes.chosen, version.config.transcribe, cache, options.progress
+    )
+    sources, maker = expand_rows(
+        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress, transcripts
+    )
+    return _SetContext(
+        version=version,
+        inputs_hashes=inputs.input_hashes,
+        noise_bank=bank.fingerprint(),
+        file_shas={
+            r.contribution.audio_file: sha for r, sha in zip(wanted, file_shas, strict=True)
+        },
+        sources=sources,
+        maker=maker,
+        states=states,
+        recordings=joined.recordings,
+        join_quarantine=joined.quarantine,
+        outcomes=takes.outcomes,
+        user_ids=user_ids,
+        item_keys=frozenset(item.key for item in inputs.items),
+        cache=cache,
+        progress=options.progress,
+    )
+
+
+def _speech(
+    recordings: Sequence[Recording],
+    states: dict[str, ConsentState],
+    version: DatasetVersion,
+    config: InputConfig,
+    cache: BuildCache,
+    options: BuildOptions,
+) -> tuple[list[Recording], list[str], list[SpeechOutcome]]:
+    """The recordings admitted to any set, the sha256 of their files and their outcomes:
+    decoded, judged by VAD, and refused where their audio is also filed under another
+    participant (the recordings no set admits are fingerprinted for that too)."""
     wanted, others = [], []
-    for r in joined.recordings:
+    for r in recordings:
         admitted = admitted_to_any(states[r.participant_key], options.sets)
         (wanted if admitted else others).append(r)
-    cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
     file_shas = [sha256_file(p) for p in paths]
     outcomes = normalise_recordings(
@@ -158,41 +222,7 @@ def _build_locked(
     outcomes = exclude_shared_audio(
         wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
     )
-    takes = resolve_takes(wanted, outcomes)
-    outcomes = takes.outcomes
-    renderer = ClipRenderer(bank, cache, version.config.seed)
-    user_ids = _user_ids(inputs, joined.quarantine, key)
-    transcripts = transcribe_recordings(
-        takes.recordings, takes.chosen, version.config.transcribe, cache, options.progress
-    )
-    rows, shared = expand_rows(
-        takes.recordings, takes.chosen, user_ids, version, renderer, options.progress, transcripts
-    )
-    context = _SetContext(
-        version=version,
-        inputs_hashes={**inputs.input_hashes, "noise_bank": bank.fingerprint()},
-        file_shas={
-            r.contribution.audio_file: sha for r, sha in zip(wanted, file_shas, strict=True)
-        },
-        shared=shared,
-        rows=rows,
-        states=states,
-        recordings=joined.recordings,
-        join_quarantine=joined.quarantine,
-        outcomes=outcomes,
-        user_ids=user_ids,
-        item_keys=frozenset(item.key for item in inputs.items),
-        cache=cache,
-        progress=options.progress,
-    )
-    report = BuildReport(version.version)
-    record_inputs(Path(options.out) / version.version, config, inputs.input_hashes)
-    for dataset_set in options.sets:
-        folder = Path(options.out) / version.version / dataset_set
-        report.sets[dataset_set] = write_set(context, dataset_set, folder)
-    report.computed, report.cache_hits = cache.computed, cache.hits
-    report.cache_discarded = cache.discarded
-    return report
+    return wanted, file_shas, outcomes
 
 
 def _refuse_fatal(inputs: Inputs) -> None:
@@ -231,61 +261,74 @@ def expand_rows(
     renderer: ClipRenderer,
     progress: bool = True,
     transcripts: Sequence[str | None] | None = None,
-) -> tuple[list[PendingRow], dict[str, tuple[AudioRef, str]]]:
-    """Every row of every admitted recording, and the shared clip of each shared condition.
+) -> tuple[list[RowSource], RowMaker]:
+    """What every row of every admitted recording is made from, and the maker of the rows.
 
-    A recording refused by decode or VAD loses its spoken rows only: its text
-    requests do not use the recording (docs/ARCHITECTURE.md, "Release schema contract"). `transcripts`, aligned
-    with `recordings`: the transcribe stage's, for spoken rows the collection left
+    Every row is made once here, and let go: the clips the cache lacks are rendered
+    and every row is validated before any file is written, so a failure leaves the
+    output as it was. A recording refused by decode or VAD loses its spoken rows
+    only: its text requests do not use the recording
+    (docs/ARCHITECTURE.md, "Release schema contract"). `transcripts`, aligned with
+    `recordings`: the transcribe stage's, for spoken rows the collection left
     without one.
     """
     if transcripts is None:
         transcripts = [None] * len(recordings)
     conditions = version.config.conditions
     shared = {c.name: renderer.shared(c) for c in conditions if renders_one_clip(c)}
-    rows: list[PendingRow] = []
-    bar = tqdm(
-        zip(recordings, outcomes, transcripts, strict=True),
-        total=len(recordings),
-        desc="render",
-        unit="rec",
-        disable=not progress,
-    )
-    for rec, outcome, transcript in bar:
-        user_id = user_ids[rec.participant_key]
-        speech = outcome.audio
-        if speech is not None:
-            named = AudioRef(
-                speech.digest,
-                audio_name(row_entry_key(rec, user_id, SPEECH_AUDIO_TYPE)),
-                speech.duration_s,
+    maker = RowMaker(version, renderer, shared)
+    sources = [
+        row_source(rec, user_ids[rec.participant_key], outcome.audio, transcript)
+        for rec, outcome, transcript in zip(recordings, outcomes, transcripts, strict=True)
+    ]
+    for source in tqdm(sources, desc="render", unit="rec", disable=not progress):
+        for kind in source.kinds(conditions):
+            maker.row(source, kind)
+    return sources, maker
+
+
+@dataclass(frozen=True)
+class RowMaker:
+    """Makes any row of the build from its recording, on demand: the same row each time
+    (clips come from the cache once rendered), so rows need not be kept."""
+
+    version: DatasetVersion
+    renderer: ClipRenderer
+    shared: dict[str, tuple[AudioRef, str]]  # each shared condition's one clip, its params
+
+    def row(self, source: RowSource, kind: NoiseCondition | None) -> PendingRow:
+        """The speech row (`kind` None) or the row of condition `kind` of `source`."""
+        rec = source.recording
+        origin = built_by(self.version, kind_name(kind), rec.lang)
+        if kind is None:
+            return speech_row(rec, source.user_id, source.speech, origin, source.transcript)
+        clip, params = self._clip(source, kind)
+        return condition_row(rec, source.user_id, kind, clip, params, origin, source.transcript)
+
+    def _clip(self, source: RowSource, condition: NoiseCondition) -> tuple[AudioRef, str]:
+        key = row_entry_key(source.recording, source.user_id, condition.name)
+        if mixes_speech(condition):
+            speech = source.speech
+            return self.renderer.per_entry(
+                condition, key, speech_digest=speech.digest, speech_s=speech.duration_s
             )
-            origin = built_by(version, SPEECH_AUDIO_TYPE, rec.lang)
-            rows.append(speech_row(rec, user_id, named, origin, transcript))
-        for condition in conditions:
-            key = row_entry_key(rec, user_id, condition.name)
-            if mixes_speech(condition):
-                if speech is None:
-                    continue
-                clip, params = renderer.per_entry(
-                    condition, key, speech_digest=speech.digest, speech_s=speech.duration_s
-                )
-            elif condition.name in shared:
-                clip, params = shared[condition.name]
-            else:
-                clip, params = renderer.per_entry(condition, key)
-            rows.append(
-                condition_row(
-                    rec,
-                    user_id,
-                    condition,
-                    clip,
-                    params,
-                    built_by(version, condition.name, rec.lang),
-                    transcript,
-                )
-            )
-    return rows, shared
+        if condition.name in self.shared:
+            return self.shared[condition.name]
+        return self.renderer.per_entry(condition, key)
+
+
+@dataclass(frozen=True)
+class _ShardRows:
+    """The rows of one shard in ID order, made anew on each iteration (`write_shard`
+    goes over them twice: its recipe, then the rows), one at a time."""
+
+    ordered: list[RowSource]  # its language's recordings, as shard_sources orders them
+    maker: RowMaker
+
+    def __iter__(self) -> Iterator[ShardRow]:
+        conditions = self.maker.version.config.conditions
+        for row_id, (source, kind) in enumerate(id_order(self.ordered, conditions)):
+            yield numbered(self.maker.row(source, kind), row_id)
 
 
 # --- one set ----------------------------------------------------------------------
@@ -294,10 +337,11 @@ def expand_rows(
 @dataclass(frozen=True)
 class _SetContext:
     version: DatasetVersion
-    inputs_hashes: dict[str, str]
+    inputs_hashes: dict[str, str]  # sha256 of each input file, as build-inputs.json records
+    noise_bank: str  # the noise bank's fingerprint
     file_shas: dict[str, str]  # audio_file -> sha256, recordings admitted to any set
-    shared: dict[str, tuple[AudioRef, str]]
-    rows: list[PendingRow]
+    sources: list[RowSource]  # one per recording that has rows (takes resolved)
+    maker: RowMaker
     states: dict[str, ConsentState]
     recordings: Sequence[Recording]
     join_quarantine: list[QuarantineRecord]
@@ -311,20 +355,21 @@ class _SetContext:
 def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> SetReport:
     """Shards, quarantine, consent audit and manifest of one set, atomically file by file."""
     admitted = admitted_keys(context.states, dataset_set)
-    kept = rows_for_set(context.rows, context.states, dataset_set)
-    numbered = number_rows(kept, audio_type_rank(context.version.config.conditions))
+    kept = rows_for_set(context.sources, context.states, dataset_set)
+    shards = shard_sources(kept, context.version.config.conditions)
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
-    _remove_stale_shards(folder, set(numbered))
+    _remove_stale_shards(folder, set(shards))
     recorded = recorded_hashes(folder)
     written = repaired = 0
     bar = tqdm(
-        numbered.items(), desc=f"write {dataset_set}", unit="shard", disable=not context.progress
+        shards.items(), desc=f"write {dataset_set}", unit="shard", disable=not context.progress
     )
-    for lang, shard_rows in bar:
+    for lang, ordered in bar:
         path = shard_path(folder, lang)
         rel = path.relative_to(folder).as_posix()
-        update = write_shard(path, shard_rows, context.cache.blob, recorded.get(rel))
+        rows = _ShardRows(ordered, context.maker)
+        update = write_shard(path, rows, context.cache.blob, recorded.get(rel))
         if update:
             # The old manifest no longer describes the shards: gone until the new one is
             # written, so an interrupted build leaves no manifest vouching for them.
@@ -346,13 +391,15 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
     recordings_of = Counter(key for _, _, key in {r.contribution.key for r in context.recordings})
     audit = consent_audit(context.states, recordings_of, dataset_set)
     write_json(folder / CONSENT_AUDIT, audit)
-    shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in numbered]
+    shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in shards]
     files = file_hashes(folder, [*shard_names, QUARANTINE, CONSENT_AUDIT])
-    manifest = _manifest(context, dataset_set, admitted, numbered, files)
+    conditions = context.version.config.conditions
+    counts = {lang: sum(1 for _ in id_order(o, conditions)) for lang, o in shards.items()}
+    manifest = _manifest(context, dataset_set, admitted, shards, counts, files)
     write_json(folder / MANIFEST, manifest)
     return SetReport(
         folder=folder,
-        rows={lang: len(r) for lang, r in numbered.items()},
+        rows=counts,
         quarantined=quarantine_summary(r for r in quarantine if not (public and r.private)),
         excluded_participants=audit["participants"]["excluded"],
         shards_written=written,
@@ -388,12 +435,14 @@ def _manifest(
     context: _SetContext,
     dataset_set: DatasetSet,
     admitted: set[str],
-    numbered: dict[str, list[ShardRow]],
+    shards: dict[str, list[RowSource]],
+    rows: dict[str, int],
     files: dict[str, str],
 ) -> dict:
     config = context.version.config
     recordings = [r for r in context.recordings if r.participant_key in admitted]
     audio = _audio_digest(recordings, context.file_shas)
+    inputs = {**context.inputs_hashes, "noise_bank": context.noise_bank, "audio": audio}
     return {
         "version": context.version.version,
         "set": dataset_set,
@@ -401,17 +450,26 @@ def _manifest(
         "seed": config.seed,
         "languages": list(config.languages),
         "conditions": [c.model_dump(mode="json") for c in config.conditions],
-        "inputs": dict(sorted({**context.inputs_hashes, "audio": audio}.items())),
+        "inputs": dict(sorted(inputs.items())),
         "shared_clips": {
             name: {"params": json.loads(params), "audio_sha256": clip.digest}
-            for name, (clip, params) in sorted(context.shared.items())
+            for name, (clip, params) in sorted(context.maker.shared.items())
         },
-        "rows": {lang: len(rows) for lang, rows in numbered.items()},
-        "counts": count_rows(
-            r.entry.model_dump(include={"lang", "audio_type", "vulnerability_type"})
-            for rows in numbered.values()
-            for r in rows
-        ),
+        "rows": rows,
+        "counts": count_rows(_counted(shards, config.conditions)),
         "files": files,
         "items": sorted(context.item_keys),  # the build's items, to compare or pin them
     }
+
+
+def _counted(
+    shards: dict[str, list[RowSource]], conditions: Sequence[NoiseCondition]
+) -> Iterator[dict[str, str]]:
+    """The manifest's counted columns of every row of the set, without making the rows."""
+    for ordered in shards.values():
+        for source, kind in id_order(ordered, conditions):
+            yield {
+                "lang": source.lang,
+                "audio_type": kind_name(kind),
+                "vulnerability_type": source.recording.item.vulnerability_type,
+            }

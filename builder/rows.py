@@ -2,13 +2,15 @@
 (docs/ARCHITECTURE.md, "Release schema contract"), then the dense `ID` per language.
 
 Pure: audio is referred to by its cache digest, consent and files are handled
-elsewhere.
+elsewhere. The ID order is decided per recording (`RowSource`), not per row, so a
+shard's rows can be made in that order one at a time (`id_order`) instead of all
+being held and sorted: the build's memory does not grow with its rows.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from redvox.noise import mixes_speech
@@ -29,7 +31,8 @@ class AudioRef:
 
 @dataclass(frozen=True)
 class PendingRow:
-    """An Entry before its ID is known; `participant_key` decides consent, never written."""
+    """An Entry before its ID is known (`numbered` gives it one); `participant_key`
+    decides consent, never written."""
 
     entry: Entry
     audio_digest: str
@@ -149,6 +152,11 @@ def _row(
     return PendingRow(entry, audio.digest, contribution.participant_key)
 
 
+def numbered(row: PendingRow, row_id: int) -> ShardRow:
+    """The row as written, with its dense `ID`."""
+    return ShardRow(row.entry.model_copy(update={"ID": row_id}), row.audio_digest)
+
+
 def _transcript(collected: str | None, asr: str | None) -> str | None:
     """The collection's transcript wins; ASR fills only a missing one."""
     return collected if collected is not None else asr
@@ -161,27 +169,85 @@ def natural_key(text: str) -> tuple:
     )
 
 
-def audio_type_rank(conditions: Sequence[NoiseCondition]) -> dict[str, int]:
-    """Speech first, then conditions in declaration order: a condition added by a MINOR
-    version sorts after the existing ones, so their IDs stay put."""
-    return {SPEECH_AUDIO_TYPE: 0, **{c.name: i + 1 for i, c in enumerate(conditions)}}
+@dataclass(frozen=True)
+class RowSource:
+    """One recording as its rows are made from it: `speech`, its released audio as the
+    shard names it (None when decode, VAD or ownership refused it: its text rows
+    remain), and `transcript`, the ASR one for a recording the collection left
+    without."""
+
+    recording: Recording
+    user_id: str
+    speech: AudioRef | None
+    transcript: str | None = None
+
+    @property
+    def participant_key(self) -> str:  # consent is decided per participant (rows_for_set)
+        return self.recording.participant_key
+
+    @property
+    def lang(self) -> str:
+        return self.recording.lang
+
+    def has_row(self, condition: NoiseCondition | None) -> bool:
+        """Whether it has a row of `condition` (None: its speech row): those that use the
+        recording need its audio, the others use its text only."""
+        return self.speech is not None or (condition is not None and not mixes_speech(condition))
+
+    def kinds(self, conditions: Sequence[NoiseCondition]) -> tuple[NoiseCondition | None, ...]:
+        """The kinds of its rows, in ID order (None: its speech row)."""
+        return tuple(kind for kind in row_kinds(conditions) if self.has_row(kind))
+
+    def order(self) -> tuple:
+        """Its place among its language's rows of one audio type: source, then item id
+        compared as numbers, then participant."""
+        item = self.recording.item
+        return (item.source, natural_key(item.item_id), self.user_id)
 
 
-def number_rows(rows: Iterable[PendingRow], rank: dict[str, int]) -> dict[str, list[ShardRow]]:
-    """Per language, the rows in ID order with ID = 0, 1, 2, ..."""
+def row_source(
+    recording: Recording, user_id: str, speech: AudioRef | None, transcript: str | None = None
+) -> RowSource:
+    """The recording's RowSource, its speech audio named by its speech row's entry key."""
+    if speech is not None:
+        name = audio_name(row_entry_key(recording, user_id, SPEECH_AUDIO_TYPE))
+        speech = AudioRef(speech.digest, name, speech.duration_s)
+    return RowSource(recording, user_id, speech, transcript)
 
-    def order(row: PendingRow) -> tuple:
-        e = row.entry
-        return (rank[e.audio_type], e.source, natural_key(e.original_id), e.user_id)
 
-    by_lang: dict[str, list[PendingRow]] = {}
-    for row in rows:
-        by_lang.setdefault(row.entry.lang, []).append(row)
-    numbered: dict[str, list[ShardRow]] = {}
-    for lang in sorted(by_lang):
-        ordered = sorted(by_lang[lang], key=order)
-        numbered[lang] = [
-            ShardRow(row.entry.model_copy(update={"ID": i}), row.audio_digest)
-            for i, row in enumerate(ordered)
-        ]
-    return numbered
+def row_kinds(conditions: Sequence[NoiseCondition]) -> tuple[NoiseCondition | None, ...]:
+    """Every kind of row in audio type rank order: the speech row (None), then the
+    conditions in declaration order."""
+    return (None, *conditions)
+
+
+def kind_name(kind: NoiseCondition | None) -> str:
+    """The `audio_type` of a kind of row."""
+    return SPEECH_AUDIO_TYPE if kind is None else kind.name
+
+
+def shard_sources(
+    sources: Iterable[RowSource], conditions: Sequence[NoiseCondition]
+) -> dict[str, list[RowSource]]:
+    """Per language with at least one row (sorted), its recordings in `RowSource.order`
+    (stable: equal keys keep their input order)."""
+    by_lang: dict[str, list[RowSource]] = {}
+    for source in sources:
+        if source.kinds(conditions):
+            by_lang.setdefault(source.lang, []).append(source)
+    return {lang: sorted(by_lang[lang], key=RowSource.order) for lang in sorted(by_lang)}
+
+
+def id_order(
+    ordered: Sequence[RowSource], conditions: Sequence[NoiseCondition]
+) -> Iterator[tuple[RowSource, NoiseCondition | None]]:
+    """The rows of one shard in ID order, ID = 0, 1, 2, ... (`ordered`: its language's
+    recordings as `shard_sources` orders them): speech rows first, then each
+    condition's in declaration order (a condition added by a MINOR version comes
+    after the existing ones, so their IDs stay put), each audio type's rows in
+    recording order. The same order as sorting every row by (audio type rank,
+    source, item id, participant), without holding the rows."""
+    for kind in row_kinds(conditions):
+        for source in ordered:
+            if source.has_row(kind):
+                yield source, kind

@@ -16,7 +16,7 @@ import hashlib
 import json
 import os
 import socket
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -180,7 +180,7 @@ def holds_build_lock(folder: Path) -> bool:
     return any(root == path or root in path.parents for root in _held)
 
 
-def shard_recipe(rows: Sequence[ShardRow]) -> str:
+def shard_recipe(rows: Iterable[ShardRow]) -> str:
     """sha256 of everything that decides the shard's bytes: equal recipes, equal files."""
     digest = hashlib.sha256(f"format={FORMAT};pyarrow={pa.__version__}\n".encode())
     for row in rows:
@@ -236,11 +236,15 @@ def recorded_hashes(folder: Path) -> dict[str, str]:
 
 def write_shard(
     path: Path,
-    rows: Sequence[ShardRow],
+    rows: Iterable[ShardRow],
     load_audio: Callable[[str], bytes],
     recorded_sha256: str | None = None,
 ) -> ShardUpdate:
     """Write the rows (already in ID order) to `path`.
+
+    `rows` is gone over twice, for the recipe and then to write them, one row group at
+    a time: a list, or a re-iterable that makes the rows anew each time, so that a
+    shard's rows need not all be in memory at once (never a one-shot iterator).
 
     An existing shard is kept (KEPT, nothing written: a warm rebuild rewrites
     nothing) only when its footer holds the same recipe and the whole file has the
@@ -249,6 +253,8 @@ def write_shard(
     damaged and rewritten (REPAIRED); one without a recorded hash cannot be
     trusted and is rewritten too (WRITTEN).
     """
+    if iter(rows) is rows:
+        raise TypeError("write_shard goes over the rows twice: pass a list or a re-iterable")
     recipe = shard_recipe(rows)
     existing = existing_recipe(path)
     recorded = recorded_sha256 is not None
@@ -296,15 +302,30 @@ def _writer_schema() -> pa.Schema:
     return pa.schema(fields)
 
 
+# A row as its group holds it until written: its audio digest, then the value of each
+# column in COLUMNS order, the audio cell as its path. An Entry weighs a few KB, these
+# values a few hundred bytes: a group of a shared clip's rows (thousands of rows on one
+# dictionary entry) stays small however many rows it has.
+_Values = tuple
+
+
+def _values(row: ShardRow) -> _Values:
+    e = row.entry
+    return (row.audio_digest, *(e.audio.path if c == "audio" else getattr(e, c) for c in COLUMNS))
+
+
+_AT = {name: 1 + k for k, name in enumerate(COLUMNS)}  # where a column's value is
+
+
 def _row_groups(
-    rows: Sequence[ShardRow], load_audio: Callable[[str], bytes]
-) -> Iterator[tuple[list[ShardRow], dict[str, bytes]]]:
+    rows: Iterable[ShardRow], load_audio: Callable[[str], bytes]
+) -> Iterator[tuple[list[_Values], dict[str, bytes]]]:
     """Consecutive rows cut into groups of one audio_type and bounded unique audio."""
-    group: list[ShardRow] = []
+    group: list[_Values] = []
     blobs: dict[str, bytes] = {}
     size = 0
     for row in rows:
-        new_type = group and row.entry.audio_type != group[-1].entry.audio_type
+        new_type = group and row.entry.audio_type != group[-1][_AT["audio_type"]]
         full = row.audio_digest not in blobs and size >= MAX_GROUP_BYTES
         if new_type or full:
             yield group, blobs
@@ -312,26 +333,25 @@ def _row_groups(
         if row.audio_digest not in blobs:
             blobs[row.audio_digest] = load_audio(row.audio_digest)
             size += len(blobs[row.audio_digest])
-        group.append(row)
+        group.append(_values(row))
     if group:
         yield group, blobs
 
 
-def _group_table(group: list[ShardRow], blobs: dict[str, bytes], schema: pa.Schema) -> pa.Table:
+def _group_table(group: list[_Values], blobs: dict[str, bytes], schema: pa.Schema) -> pa.Table:
     position = {digest: i for i, digest in enumerate(blobs)}
-    indices = pa.array([position[row.audio_digest] for row in group], pa.int32())
+    indices = pa.array([position[values[0]] for values in group], pa.int32())
     audio_bytes = pa.DictionaryArray.from_arrays(
         indices, pa.array(list(blobs.values()), pa.binary())
     )
-    audio_path = pa.array([row.entry.audio.path for row in group], pa.string())
     columns = {}
     for field in schema:
+        at = _AT[field.name]
+        cells = [values[at] for values in group]
         if field.name == "audio":
             columns["audio"] = pa.StructArray.from_arrays(
-                [audio_bytes, audio_path], fields=list(field.type)
+                [audio_bytes, pa.array(cells, pa.string())], fields=list(field.type)
             )
         else:
-            columns[field.name] = pa.array(
-                [getattr(row.entry, field.name) for row in group], field.type
-            )
+            columns[field.name] = pa.array(cells, field.type)
     return pa.Table.from_pydict(columns, schema=schema)

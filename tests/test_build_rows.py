@@ -8,10 +8,12 @@ from redvox.builder.join import Recording
 from redvox.builder.pseudonym import pseudonymize
 from redvox.builder.rows import (
     AudioRef,
-    audio_type_rank,
     condition_row,
+    id_order,
     natural_key,
-    number_rows,
+    numbered,
+    row_source,
+    shard_sources,
     speech_row,
 )
 from redvox.builder.versions import VERSIONS
@@ -101,13 +103,29 @@ def test_item_ids_sort_as_numbers():
     assert sorted(ids, key=natural_key) == ["7.1", "7.9", "7.10", "9.1", "10", "999", "10330"]
 
 
-def all_rows(recordings, conditions, version="1.0.0"):
-    rows = []
-    for rec in recordings:
-        uid = pseudonymize(b"test key", rec.participant_key)
-        rows.append(speech_row(rec, uid, AUDIO, version))
-        rows += [condition_row(rec, uid, c, AUDIO, "{}", version) for c in conditions]
-    return rows
+def sources_of(recordings, refused=()):
+    """RowSources of the recordings; those in `refused` have no speech audio."""
+    return [
+        row_source(
+            rec, pseudonymize(b"test key", rec.participant_key), None if rec in refused else AUDIO
+        )
+        for rec in recordings
+    ]
+
+
+def make(source, kind, version="1.0.0"):
+    if kind is None:
+        return speech_row(source.recording, source.user_id, source.speech, version)
+    return condition_row(source.recording, source.user_id, kind, AUDIO, "{}", version)
+
+
+def number_rows(recordings, conditions, refused=()):
+    """Per language, the entries in ID order, numbered as the build numbers them."""
+    shards = shard_sources(sources_of(recordings, refused), conditions)
+    return {
+        lang: [numbered(make(s, k), i).entry for i, (s, k) in enumerate(id_order(o, conditions))]
+        for lang, o in shards.items()
+    }
 
 
 RECORDINGS = [
@@ -119,30 +137,51 @@ RECORDINGS = [
 
 
 def test_ids_are_dense_per_language_speech_first_then_conditions_in_order():
-    numbered = number_rows(all_rows(RECORDINGS, V1), audio_type_rank(V1))
-    assert sorted(numbered) == ["en", "it"]
-    en = [r.entry for r in numbered["en"]]
+    numbered_rows = number_rows(RECORDINGS, V1)
+    assert sorted(numbered_rows) == ["en", "it"]
+    en = numbered_rows["en"]
     assert [e.ID for e in en] == list(range(12))
     assert [e.audio_type for e in en[::3]] == ["speech", "silence", "noise_a", "noise_b"]
     assert [e.original_id for e in en[:3]] == ["10330", "9.1", "10"]  # m-alert < shades, numeric
-    assert [r.entry.ID for r in numbered["it"]] == [0, 1, 2, 3]
+    assert [e.ID for e in numbered_rows["it"]] == [0, 1, 2, 3]
 
 
 def test_a_condition_added_in_a_minor_version_keeps_earlier_ids():
-    old = number_rows(all_rows(RECORDINGS, V1), audio_type_rank(V1))
-    new = number_rows(all_rows(RECORDINGS, V11), audio_type_rank(V11))
+    old = number_rows(RECORDINGS, V1)
+    new = number_rows(RECORDINGS, V11)
     for lang, rows in old.items():
-        before = {r.entry.entry_key: r.entry.ID for r in rows}
-        after = {r.entry.entry_key: r.entry.ID for r in new[lang]}
+        before = {e.entry_key: e.ID for e in rows}
+        after = {e.entry_key: e.ID for e in new[lang]}
         assert {k: after[k] for k in before} == before
         assert min(after[k] for k in after.keys() - before.keys()) == len(before)
 
 
 def test_numbering_does_not_depend_on_input_order():
-    rows = all_rows(RECORDINGS, V1)
-    forward = number_rows(rows, audio_type_rank(V1))
-    backward = number_rows(list(reversed(rows)), audio_type_rank(V1))
-    assert forward == backward
+    assert number_rows(RECORDINGS, V1) == number_rows(list(reversed(RECORDINGS)), V1)
+
+
+def test_id_order_is_every_row_sorted_by_type_rank_source_item_and_participant():
+    """Made one at a time, a shard's rows come in the order of sorting them all (as the
+    builder once did); a recording refused by decode or VAD keeps its text rows only."""
+    recordings = [
+        *RECORDINGS,
+        recording("7.10", lang="en", participant="p3"),
+        recording("7.9", lang="en", participant="p3"),
+        recording("10330", source="m-alert", lang="en", participant="p2"),
+    ]
+    refused = [recordings[1], recordings[4]]
+    rank = {"speech": 0, **{c.name: i + 1 for i, c in enumerate(V11)}}
+    sources = sources_of(recordings, refused)
+    for lang, entries in number_rows(recordings, V11, refused).items():
+        mine = [s for s in sources if s.lang == lang]
+        every = [make(s, k).entry for s in mine for k in s.kinds(V11)]
+        every.sort(
+            key=lambda e: (rank[e.audio_type], e.source, natural_key(e.original_id), e.user_id)
+        )
+        assert [e.model_copy(update={"ID": 0}) for e in entries] == every
+        spoken = sum(e.modality == "speech" for e in entries)
+        assert spoken == 2 * sum(s.speech is not None for s in mine)  # speech, speech_noise_a
+        assert len(entries) - spoken == 3 * len(mine)  # silence, noise_a, noise_b
 
 
 def test_user_id_must_be_a_pseudonym():

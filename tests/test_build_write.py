@@ -94,6 +94,26 @@ def test_same_rows_give_the_same_bytes_and_are_not_rewritten(tmp_path):
     assert write_shard(a, rows(6), BLOBS.__getitem__, recorded), "changed rows not written"
 
 
+class Remade:
+    """Rows made anew on each pass, as the builder gives them (never all held)."""
+
+    def __init__(self, shared_rows: int) -> None:
+        self.shared_rows = shared_rows
+
+    def __iter__(self):
+        yield from rows(self.shared_rows)
+
+
+def test_rows_made_anew_on_each_pass_write_the_same_bytes_and_an_iterator_is_refused(tmp_path):
+    listed, remade = tmp_path / "listed.parquet", tmp_path / "remade.parquet"
+    write_shard(listed, rows(5), BLOBS.__getitem__)
+    write_shard(remade, Remade(5), BLOBS.__getitem__)
+    assert listed.read_bytes() == remade.read_bytes()
+    with pytest.raises(TypeError, match="twice"):
+        write_shard(tmp_path / "once.parquet", iter(rows(5)), BLOBS.__getitem__)
+    assert not (tmp_path / "once.parquet").exists()
+
+
 def test_a_shard_without_a_recorded_hash_is_not_trusted(tmp_path):
     path = tmp_path / "x.parquet"
     write_shard(path, rows(5), BLOBS.__getitem__)

@@ -147,6 +147,26 @@ def test_only_recordings_sharing_words_at_one_offset_are_compared(monkeypatch):
     assert len(compared) < pairs // 20, (len(compared), pairs)
 
 
+def test_passes_over_word_ranges_and_fingerprints_as_text_find_the_same_pairs(monkeypatch):
+    """A large collection is looked up in several passes, each over one range of word
+    values, with its fingerprints kept as text (decoded when used): the votes, in the
+    order they are counted, and so the pairs found, are those of one pass."""
+    from redvox.builder import ownership
+
+    prints, owners = demo_fingerprints()
+    for n, fp in enumerate(prints[::7]):  # exact copies under other owners
+        prints.append(fp)
+        owners.append(f"copier-{n}")
+    one_pass = {k: list(v.items()) for k, v in ownership._offset_votes(prints, owners).items()}
+    pairs = matching_pairs(prints, owners)
+    assert pairs and one_pass
+    monkeypatch.setattr(ownership, "WORDS_PER_PASS", 1000)
+    texts = [fp.to_text() for fp in prints]
+    passes = {k: list(v.items()) for k, v in ownership._offset_votes(texts, owners).items()}
+    assert list(passes.items()) == list(one_pass.items())
+    assert matching_pairs(texts, owners) == pairs
+
+
 # --- the build -----------------------------------------------------------------------
 
 

@@ -14,6 +14,8 @@ OVERRIDE_GATE ?=
 # scales of `make bench-scale` (fractions of the paper's 1,530 recordings) and its workers
 SCALES ?= 0.5,1,10
 BENCH_WORKERS ?= 2
+# pytest-xdist processes of `make test` (each test file runs whole in one of them)
+TEST_WORKERS ?= 2
 # extra pip arguments, e.g. PyTorch's CPU wheel index on machines without a local CPU wheel
 PIP_ARGS ?=
 
@@ -42,8 +44,8 @@ system-deps:
 	command -v espeak-ng >/dev/null || echo "note: espeak-ng is missing ('sudo apt-get install espeak-ng'): make demo-corpus needs it"; \
 	command -v ffmpeg >/dev/null || { echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; }
 
-test: venv ## run the test suite
-	$(BIN)/python -m pytest -q
+test: venv ## run the test suite (TEST_WORKERS processes, default 2; a test file stays in one)
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
 
 lint: venv ## ruff check and format check
 	$(BIN)/ruff check .

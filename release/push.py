@@ -175,10 +175,11 @@ class Publisher:
         self,
         api: HfApi,
         plan: PushPlan,
-        retry: Retry = Retry(),  # noqa: B008 - frozen dataclass, shared safely
+        retry: Retry | None = None,
         echo: Callable[[str], None] = print,
     ) -> None:
-        self.api, self.plan, self.retry, self.echo = api, plan, retry, echo
+        self.api, self.plan, self.echo = api, plan, echo
+        self.retry = retry or Retry()
         self.secret = api.token if isinstance(api.token, str) else None
 
     def step(self, name: str, fn: Callable[[], Any]) -> Any:
@@ -360,7 +361,7 @@ def push_release(
     public: bool,
     api: HfApi,
     verify: Callable[..., Any],
-    retry: Retry = Retry(),  # noqa: B008
+    retry: Retry | None = None,
     echo: Callable[[str], None] = print,
 ) -> str:
     """Verify `staged` again, then publish it; returns the tagged commit id."""

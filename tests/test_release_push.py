@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from hub_server import HubServer
 from huggingface_hub import HfApi
 
+from redvox.release import push as push_module
 from redvox.release.card import read_card, render_card
 from redvox.release.push import PushError, Retry, plan_push, push_release, use_request_timeout
 
@@ -232,6 +233,9 @@ def test_the_token_is_used_but_never_printed_or_logged(
     hub, demo_release, monkeypatch, caplog, tmp_path
 ):
     secret = "hf_RedVoxSecretToken0123456789"
+    monkeypatch.setattr(
+        push_module, "Retry", lambda: NO_WAIT
+    )  # the CLI's retries, without the waits
     monkeypatch.setenv("HF_TOKEN", secret)
     monkeypatch.setenv("HF_ENDPOINT", hub.url)
     caplog.set_level(logging.DEBUG)

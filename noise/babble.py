@@ -17,7 +17,7 @@ import numpy as np
 from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 
-from .kind import ClipParams
+from .kind import ClipParams, field_values
 from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
 from .seeding import (
     ConditionError,
@@ -38,6 +38,12 @@ class BabbleVoice:
     file: str  # relative to the bank's root
     offset_s: float
 
+    @classmethod
+    def from_dict(cls, data: Any) -> BabbleVoice:
+        if not isinstance(data, Mapping):
+            raise ConditionError(f"babble params: a voice is {data!r}, not an object")
+        return cls(**field_values(cls, data, "babble voice"))
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class BabbleParams(ClipParams, kind=KIND):
@@ -46,12 +52,10 @@ class BabbleParams(ClipParams, kind=KIND):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> BabbleParams:
-        try:
-            voices = tuple(BabbleVoice(**voice) for voice in data.get("speakers") or ())
-        except TypeError as exc:
-            raise ConditionError(
-                f"babble params: a voice is not speaker/file/offset_s: {exc}"
-            ) from None
+        speakers = data.get("speakers")
+        if not isinstance(speakers, list | tuple):
+            raise ConditionError(f"babble params: speakers is {speakers!r}, not a list")
+        voices = tuple(BabbleVoice.from_dict(voice) for voice in speakers)
         return super().from_dict({**data, "speakers": voices})
 
 

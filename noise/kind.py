@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import typing
 from collections.abc import Mapping
 from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
@@ -57,13 +59,30 @@ class ClipParams:
         naming what differs otherwise, e.g. params of another builder's version)."""
         if data.get("kind") != cls.KIND:
             raise ConditionError(f"params of kind {data.get('kind')!r}, not {cls.KIND!r}")
-        names = {field.name for field in dataclasses.fields(cls)}
-        missing, unknown = sorted(names - set(data)), sorted(set(data) - names - {"kind"})
-        if missing or unknown:
-            raise ConditionError(
-                f"{cls.KIND} params: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
-            )
-        return cls(**{name: data[name] for name in names})
+        return cls(**field_values(cls, {k: v for k, v in data.items() if k != "kind"}, cls.KIND))
+
+
+def field_values(record: type, data: Mapping[str, Any], where: str) -> dict[str, Any]:
+    """`data` as the keyword arguments of the dataclass `record`: exactly its fields, its
+    numbers finite numbers and its strings strings (fields of other types are the
+    caller's to convert); ConditionError naming the field otherwise."""
+    names = {field.name for field in dataclasses.fields(record)}
+    missing, unknown = sorted(names - set(data)), sorted(set(data) - names)
+    if missing or unknown:
+        raise ConditionError(
+            f"{where} params: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
+        )
+    for name, hint in typing.get_type_hints(record).items():
+        value = data.get(name)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        wrong = {
+            float: not number or not math.isfinite(value),
+            int: not number or not isinstance(value, int),
+            str: not isinstance(value, str),
+        }.get(hint, False)
+        if name in names and wrong:
+            raise ConditionError(f"{where} params: {name} is {value!r}, not a {hint.__name__}")
+    return {name: data[name] for name in names}
 
 
 @runtime_checkable

@@ -210,7 +210,12 @@ def test_params_json_is_canonical_and_reads_back_as_the_same_record(bank: NoiseB
         ('{"kind":"silence","duration_s":6.0}', "missing \\['sample_rate'\\]"),
         ('{"kind":"silence","duration_s":6.0,"sample_rate":16000,"gain":1}', "unknown \\['gain'\\]"),
         ('{"kind":"babble","duration_s":6.0,"sample_rate":16000,"level_dbfs":-30,'
-         '"speakers":[{"file":"a.wav"}]}', "a voice is not speaker/file/offset_s"),
+         '"speakers":[{"file":"a.wav"}]}', "babble voice params: missing \\['offset_s', 'speaker'\\]"),
+        ('{"kind":"babble","duration_s":6.0,"sample_rate":16000,"level_dbfs":-30.0,'
+         '"speakers":7}', "speakers is 7, not a list"),
+        ('{"kind":"ambient","duration_s":6.0,"sample_rate":16000,"level_dbfs":"-30",'
+         '"file":"noise/a.wav","offset_s":0.0}', "level_dbfs is '-30', not a float"),
+        ('{"kind":"silence","duration_s":6.0,"sample_rate":16000.5}', "sample_rate is 16000.5, not a"),
         ('[1, 2]', "not a JSON object"),
         ('{"kind":', "not JSON"),
     ],

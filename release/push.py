@@ -27,6 +27,7 @@ from huggingface_hub import CommitOperationAdd, CommitOperationDelete, HfApi
 from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError
 
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file
 from redvox.schemas.vocab import FULL, PUBLIC
 
 from .card import read_provenance
@@ -325,13 +326,8 @@ def local_oids(staged: Path, paths: list[str]) -> dict[str, tuple[str, str]]:
     out = {}
     for rel in paths:
         data_path = staged / rel
-        sha256 = hashlib.sha256()
         sha1 = hashlib.sha1(b"blob %d\0" % data_path.stat().st_size)
-        with open(data_path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                sha256.update(block)
-                sha1.update(block)
-        out[rel] = (sha256.hexdigest(), sha1.hexdigest())
+        out[rel] = (sha256_file(data_path, on_block=sha1.update), sha1.hexdigest())
     return out
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 DATA_DIR = "data"
@@ -43,10 +44,17 @@ def is_shard_file(rel: str) -> bool:
     return rel.startswith(f"{DATA_DIR}/") and rel.endswith(".parquet")
 
 
-def sha256_file(path: Path) -> str:
-    """Hex sha256 of a file's bytes, read in blocks."""
+def sha256_file(path: Path, *, on_block: Callable[[bytes], object] | None = None) -> str:
+    """Hex sha256 of a file's bytes, read in blocks; `on_block` is given each block as it is
+    read (to advance a progress bar, or to feed a second digest in the same pass)."""
     with Path(path).open("rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()
+        if on_block is None:
+            return hashlib.file_digest(handle, "sha256").hexdigest()
+        digest = hashlib.sha256()
+        while block := handle.read(2**20):
+            digest.update(block)
+            on_block(block)
+        return digest.hexdigest()
 
 
 def keyed_hash(*parts: object) -> bytes:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file
 
 CATEGORIES: tuple[str, ...] = ("noise", "speech", "music")
 ANNOTATIONS = "ANNOTATIONS"
@@ -144,8 +145,9 @@ class NoiseBank:
             )
             with bar:
                 for rel in rels:
-                    size, file_digest = _hash_file(self.root / rel, bar)
-                    digest.update(f"{rel}\x1f{size}\x1f{file_digest}\n".encode())
+                    path = self.root / rel
+                    file_digest = sha256_file(path, on_block=lambda block: bar.update(len(block)))
+                    digest.update(f"{rel}\x1f{path.stat().st_size}\x1f{file_digest}\n".encode())
             self._fingerprint["sha256"] = digest.hexdigest()
         return self._fingerprint["sha256"]
 
@@ -273,14 +275,3 @@ def _decode(path: Path) -> np.ndarray:
             "re-export the file as 16-bit PCM, or remove it from the bank"
         )
     return np.ascontiguousarray(mono)
-
-
-def _hash_file(path: Path, bar: tqdm) -> tuple[int, str]:
-    digest = hashlib.sha256()
-    size = 0
-    with path.open("rb") as handle:
-        while chunk := handle.read(2**20):
-            digest.update(chunk)
-            size += len(chunk)
-            bar.update(len(chunk))
-    return size, digest.hexdigest()

@@ -53,19 +53,6 @@ class Fact(Protocol):
 F = TypeVar("F", bound=Fact)
 
 
-def checked(
-    d: dict[str, Any], name: str, kinds: type | tuple[type, ...], *, each: type | None = None
-) -> Any:
-    """`d[name]`, checked to be of `kinds` (and, for a list, every item of `each`), for
-    `Fact.from_dict`: a wrong shape raises, so the fact is a miss rather than a value of
-    the wrong type deep in the build."""
-    value = d[name]
-    items = value if each is not None and isinstance(value, list) else ()
-    if not isinstance(value, kinds) or not all(isinstance(v, each) for v in items):
-        raise TypeError(f"fact field {name!r}: unexpected {type(value).__name__} {value!r:.60}")
-    return value
-
-
 class CacheError(UserError, RuntimeError):
     """A cache entry vanished or changed while the build was using it."""
 

@@ -12,10 +12,11 @@ from typing import Any, ClassVar
 
 from redvox.noise import SHARED_KEY, ClipParams, mixes_speech, render, sample_params
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas.fields import checked
 from redvox.sources.audio import encode_flac, flac_samples
 from redvox.sources.musan import NoiseBank
 
-from .cache import BuildCache, checked, digest_of
+from .cache import BuildCache, digest_of
 from .rows import AudioRef, audio_name, shared_audio_name
 
 

@@ -29,9 +29,10 @@ import numpy as np
 
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
+from redvox.schemas.fields import checked
 from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 
-from .cache import BuildCache, checked, digest_of
+from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
 

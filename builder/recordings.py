@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits
+from redvox.schemas.fields import checked
 from redvox.sources.audio import (
     DEFAULT_LIMITS,
     AudioDecodeError,
@@ -32,7 +33,7 @@ from redvox.sources.audio import (
     flac_samples,
 )
 
-from .cache import BuildCache, checked, digest_of
+from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
 from .ownership import fingerprint

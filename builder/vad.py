@@ -23,8 +23,8 @@ import onnxruntime as ort
 from tqdm import tqdm
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.fields import checked
 
-from .cache import checked
 from .versions import VadParams
 
 # What silero's OnnxWrapper feeds the 16 kHz model: 512 new samples after the last 64

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 import numpy as np
 
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas.fields import checked
 from redvox.sources.musan import NoiseBank
 
 from .seeding import ConditionError
@@ -73,15 +74,16 @@ def field_values(record: type, data: Mapping[str, Any], where: str) -> dict[str,
             f"{where} params: missing {missing or 'nothing'}, unknown {unknown or 'none'}"
         )
     for name, hint in typing.get_type_hints(record).items():
-        value = data.get(name)
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        wrong = {
-            float: not number or not math.isfinite(value),
-            int: not number or not isinstance(value, int),
-            str: not isinstance(value, str),
-        }.get(hint, False)
-        if name in names and wrong:
-            raise ConditionError(f"{where} params: {name} is {value!r}, not a {hint.__name__}")
+        if name not in names or hint not in (float, int, str):
+            continue
+        try:
+            value = checked(data, name, (int, float) if hint is float else hint)
+            if hint is float and not math.isfinite(value):
+                raise TypeError(f"{value} is not finite")
+        except TypeError:
+            raise ConditionError(
+                f"{where} params: {name} is {data[name]!r}, not a {hint.__name__}"
+            ) from None
     return {name: data[name] for name in names}
 
 

@@ -216,6 +216,8 @@ def test_params_json_is_canonical_and_reads_back_as_the_same_record(bank: NoiseB
         ('{"kind":"ambient","duration_s":6.0,"sample_rate":16000,"level_dbfs":"-30",'
          '"file":"noise/a.wav","offset_s":0.0}', "level_dbfs is '-30', not a float"),
         ('{"kind":"silence","duration_s":6.0,"sample_rate":16000.5}', "sample_rate is 16000.5, not a"),
+        ('{"kind":"silence","duration_s":6.0,"sample_rate":true}', "sample_rate is True, not a"),
+        ('{"kind":"silence","duration_s":NaN,"sample_rate":16000}', "duration_s is nan, not a"),
         ('[1, 2]', "not a JSON object"),
         ('{"kind":', "not JSON"),
     ],

@@ -196,8 +196,8 @@ class NoiseCondition(_Record):
 
     `params` holds the kind's ranges (e.g. `snr_db: [0, 15]`); the values drawn
     from them for a clip are recorded on every row that uses it. Their physical
-    bounds (snr_db [-20, 60] dB, level_dbfs [-80, 0] dBFS, speakers [1, 16]) are
-    checked by `redvox.noise.check_condition` (noise/seeding.py PARAM_BOUNDS).
+    bounds are the kind's own (`BOUNDS` in its module, e.g. speakers [1, 16] for
+    babble), checked by `redvox.noise.check_condition`.
 
     `kind` names a module of `redvox.noise` (silence, ambient, babble, speech_ambient,
     ...); it is checked against that registry wherever a condition is used (a build's

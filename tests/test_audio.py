@@ -123,11 +123,17 @@ def test_clipping_is_reported(tmp_path):
 
 
 def test_clean_speech_level_audio_has_no_problems(tmp_path):
-    path = tmp_path / "fine.wav"
-    sf.write(path, tone(440, 1.0, 16000, amplitude=0.3), 16000, subtype="PCM_16")
-    decoded = decode_audio(path)
-    assert decoded.clipped_fraction == 0.0
+    """The checks pass a clean recording and refuse the same one made silent or clipped:
+    a check that never finds anything fails here too."""
+    clean = tone(440, 1.0, 16000, amplitude=0.3)
+    for name, samples in (("fine", clean), ("silent", 0 * clean), ("clipped", 4 * clean)):
+        sf.write(tmp_path / f"{name}.wav", np.clip(samples, -1, 1), 16000, subtype="PCM_16")
+    decoded = decode_audio(tmp_path / "fine.wav")
+    assert decoded.clipped_fraction == 0.0 and decoded.peak == pytest.approx(0.3, abs=1e-3)
+    assert decoded.samples.size == 16000
     assert audio_problems(decoded) == []
+    assert audio_problems(decode_audio(tmp_path / "silent.wav"))[0].startswith("digital silence")
+    assert audio_problems(decode_audio(tmp_path / "clipped.wav"))[0].startswith("clipped: ")
 
 
 def test_a_few_clipped_peaks_stay_under_the_limit(tmp_path):

@@ -360,6 +360,9 @@ class Runner:
         if usage is not None and config.judge_price_per_1k is not None:
             usage["cost"] = usage["total_tokens"] / 1000 * config.judge_price_per_1k
             usage["price_per_1k_tokens"] = config.judge_price_per_1k
+        # the judge's calls and tokens follow the answers on withheld rows too (a model can
+        # answer at a length of its choosing): the maintainers' log only, never the result
+        log.info("job %s: judge usage %s", job["id"], json.dumps(usage))
         tables, counts, accounting = aggregate.tables(
             work / "run" / "judged", tag, self.public_keys, min_cell=config.min_cell,
             min_speakers=config.min_speakers, boot=Bootstrap(0, config.resamples),
@@ -399,5 +402,5 @@ class Runner:
             "noisy withheld (unbiased), shares and n from them clamped at the public counts, "
             "and no ci95 or refusal",
             "tables": tables,
-            "judge": {"model": config.judge_model, "tag": tag, "usage": usage},
+            "judge": {"model": config.judge_model, "tag": tag, "usage": "in the maintainers' log"},
         }  # fmt: skip

@@ -130,7 +130,10 @@ def test_small_withheld_parts_are_suppressed_on_both_sides_of_a_difference(
     assert accounting["epsilon_spent"] == 0 and accounting["epsilon_left"] == 10
 
 
-def test_differencing_gives_noise_and_the_budget_refuses_once_spent(make_service, truth):  # noqa: F811
+def test_differencing_gives_noise_and_the_budget_refuses_once_spent(
+    make_service,  # noqa: F811
+    truth,
+):
     """Minimums lowered to 2 speakers and 5 rows so that the demo's withheld rows are shown
     noisy: every cell is checked against the truth, no withheld part under the minimums is
     shown, `full - public` differs from the withheld truth in every noisy cell in some job,

@@ -148,15 +148,22 @@ def tables(
     boot: Bootstrap,
     epsilon: float,
     speaker_rows: int | None = None,
+    full_keys: set[str] | None = None,
 ) -> tuple[dict, dict, dict]:
     """(tables, counts, privacy) where tables = {"overall": {side: cell}, dimension: {value:
     {side: cell}}} for the one model judged under JUDGED, counts the rows per side, and
     privacy what the noise of the full cells cost (EPSILON at most; privacy.py).
-    SPEAKER_ROWS caps each withheld speaker's rows (default: the most of a public one)."""
+    SPEAKER_ROWS caps each withheld speaker's rows (default: the most of a public one).
+    FULL_KEYS, the entry keys of the full build: the judged rows must be exactly these, so
+    that which cells are shown cannot depend on the rows a model got answered."""
     rows = prepare_rows(load_outputs(find_output_files([judged], tag)))
     rows = rows[~rows["text_only"].astype(bool)]
     if rows["model"].nunique() != 1:
         raise ValueError(f"expected one model's outputs, got {rows['model'].nunique()}")
+    if full_keys is not None and (
+        len(rows) != len(full_keys) or set(rows["entry_key"]) != full_keys
+    ):
+        raise ValueError(f"{judged}: the judged rows are not the full build's rows")
     is_public = rows["entry_key"].isin(public_keys)
     public, withheld = rows[is_public], rows[~is_public]
     cap = speaker_rows if speaker_rows is not None else public_speaker_rows(public)

@@ -367,6 +367,7 @@ class Runner:
             work / "run" / "judged", tag, self.public_keys, min_cell=config.min_cell,
             min_speakers=config.min_speakers, boot=Bootstrap(0, config.resamples),
             epsilon=config.epsilon_per_job, speaker_rows=config.speaker_rows,
+            full_keys=aggregate.entry_keys(config.full),
         )  # fmt: skip
         # spent in the same transaction as the check, before the result exists anywhere
         spent = self.store.spend_epsilon(

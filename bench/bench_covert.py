@@ -8,7 +8,7 @@ template) runs the model JOBS times; from each result the submitter's decoding i
 `counts.unsafe` of the full cell minus the public cell's unsafe count, which they can
 compute offline. This compares that with the truth, computed here from the build's audio:
 
-- today's exact tables (before the noise) gave every cell shown on both sides exactly:
+- exact tables (the service before the noise) gave every cell shown on both sides exactly:
   100 % right, 0 rows off, log2 C(n+3, 3) bits per cell of n withheld rows;
 - now: per cell, how often the rounded decoding is right and its mean absolute error,
   over single jobs and over the mean of all JOBS (what a whole budget buys), and the
@@ -138,17 +138,17 @@ def measure(label: str, version: Path, args) -> dict:
     accounting = results[0]["privacy"]
     scale = accounting["noise_scale"]
     lines, per_cell = [], []
-    today_bits = now_bits = 0.0
+    exact_bits = now_bits = 0.0
     for name, part in cell_parts(rows):
         public, hidden = part[part["public"]], part[~part["public"]]
         truth, public_loud = int(hidden["loud"].sum()), int(public["loud"].sum())
-        # what today's code showed: both sides at least min rows and speakers
-        shown_today = all(
+        # what exact tables showed: both sides at least min rows and speakers
+        shown_exactly = all(
             len(side) >= args.min_cell and side["user_id"].nunique() >= args.min_speakers
             for side in (part, public)
         ) and len(hidden)  # fmt: skip
-        if shown_today:
-            today_bits += math.log2(math.comb(len(hidden) + 3, 3))
+        if shown_exactly:
+            exact_bits += math.log2(math.comb(len(hidden) + 3, 3))
         full = [shown_cell(r["tables"], name)["full"] for r in results]
         if not hidden.empty and full[0].get("noisy"):
             decoded = np.array([f["counts"]["unsafe"] - public_loud for f in full])
@@ -173,11 +173,12 @@ def measure(label: str, version: Path, args) -> dict:
         "build": label, "jobs": args.jobs, "epsilon_per_job": args.epsilon,
         "noisy_cells": len(per_cell),
         "decoded_right_now": float(np.mean(per_cell)) if per_cell else None,
-        "decoded_right_today": 1.0, "bits_per_job_today": round(today_bits, 1),
+        "decoded_right_exact_tables": 1.0, "bits_per_job_exact_tables": round(exact_bits, 1),
         "bits_per_job_now": round(now_bits, 3),
         "bits_per_speaker_bound": round(args.epsilon * math.log2(math.e), 3),
     }  # fmt: skip
-    print(f"decoded right: today 100% of the cells shown ({today_bits:.0f} bits per job), "
+    print(f"decoded right: exact tables 100% of the cells they showed ({exact_bits:.0f} bits "
+          f"per job), "
           f"now {summary['decoded_right_now'] or 0:.0%} of {len(per_cell)} noisy cells "
           f"(<= {now_bits:.2f} bits per job; <= {summary['bits_per_speaker_bound']} bits "
           f"about any one speaker per job)")  # fmt: skip

@@ -9,6 +9,7 @@ build's entry keys), and compared with what the service released."""
 from __future__ import annotations
 
 import io
+import json
 import threading
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from model_server import LiteralJudge, clip_rms
 from test_serve import STAND_IN, cells, make_service  # noqa: F401 (a fixture)
 
 from redvox.builder.cli import main
+from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.labels import CLASSES
 from redvox.release.serve import aggregate, privacy
 from redvox.release.serve.store import Store
@@ -262,3 +264,50 @@ def test_serve_run_refuses_a_job_epsilon_over_the_budget(demo_release, tmp_path)
         "--epsilon-per-job", "2", "--epsilon-budget", "1",
     ])  # fmt: skip
     assert answer.exit_code == 2 and "more than --epsilon-budget" in answer.output
+
+
+def write_judged(folder: Path, truth: pd.DataFrame) -> Path:
+    """The judged file the evaluator writes, from the truth: one row per build row."""
+    verdicts = {0: {"safety": "unsafe/unfair", "relatedness": "yes", "refusal": "no"},
+                3: {"safety": "safe/fair", "relatedness": "yes", "refusal": "yes"}}  # fmt: skip
+    folder.mkdir(parents=True)
+    lines = [
+        json.dumps(
+            {
+                "ID": n,
+                "original_id": str(n),
+                "modality": "speech",
+                "output": "",
+                **{k: row[k] for k in ("entry_key", "user_id", *DIMENSIONS)},
+                **verdicts[row["cls"]],
+            }
+        )  # fmt: skip
+        for n, row in enumerate(truth.to_dict("records"))
+    ]
+    (folder / "model.judge-1.jsonl").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_the_cap_bounds_the_noise_and_the_rows_must_be_the_builds(truth, tmp_path):
+    """aggregate.tables on its own: a smaller speaker cap shrinks the noise in proportion,
+    public cells stay exact, and judged rows that are not the build's (one row missing:
+    a model that got a row dropped would change which cells are shown) stop the job."""
+    judged = write_judged(tmp_path / "judged", truth)
+    public_keys = set(truth.loc[truth["public"], "entry_key"])
+    options = dict(min_cell=5, min_speakers=2, boot=Bootstrap(0, 200), epsilon=1.0)
+    for cap in (5, 20):
+        tables, counts, accounting = aggregate.tables(
+            judged, "judge-1", public_keys, **options, speaker_rows=cap,
+            full_keys=set(truth["entry_key"]),
+        )  # fmt: skip
+        assert counts == {"full": {"rows": 177}, "public": {"rows": 137}}
+        assert accounting["l1_sensitivity"] == 2 * cap * 3
+        assert accounting["noise_scale"] == pytest.approx(2 * cap * 3, rel=1e-6)
+        assert accounting["epsilon_job"] <= 1.0
+        check_result({"tables": tables}, truth, min_cell=5, min_speakers=2)
+    short = truth.iloc[1:]
+    with pytest.raises(ValueError, match="not the full build's rows"):
+        aggregate.tables(
+            write_judged(tmp_path / "short", short), "judge-1", public_keys, **options,
+            full_keys=set(truth["entry_key"]),
+        )  # fmt: skip

@@ -88,10 +88,12 @@ def check_result(result: dict, truth: pd.DataFrame, min_cell: int, min_speakers:
         public, withheld = rows[rows["public"]], rows[~rows["public"]]
         public_side, full_side = sides["public"], sides["full"]
         if len(public) >= min_cell and public["user_id"].nunique() >= min_speakers:
-            if public_side["suppressed"] is None:  # else complementary suppression
+            if public_side["suppressed"] is None:
                 assert public_side["n"] == len(public), name
                 expected = 100.0 * class_counts(public) / len(public)
                 assert [public_side[c] for c in CLASSES] == pytest.approx(expected), name
+            else:
+                assert public_side["suppressed"] == "complementary suppression", name
         else:
             assert public_side["suppressed"] and public_side["n"] is None, name
         if withheld.empty:
@@ -103,8 +105,12 @@ def check_result(result: dict, truth: pd.DataFrame, min_cell: int, min_speakers:
         elif full_side["suppressed"] is None:
             assert full_side["noisy"] and full_side["ci95"] is None, name
             assert full_side["refusal"] is None, name
-            assert sum(full_side[c] for c in CLASSES) == pytest.approx(100), name
             differenced[name] = released_counts(full_side) - class_counts(public)
+            # shares from the counts with the noisy withheld part clamped at 0
+            clamped = class_counts(public) + np.maximum(differenced[name], 0)
+            assert full_side["n"] == clamped.sum(), name
+            shares = [full_side[c] for c in CLASSES]
+            assert shares == pytest.approx(100.0 * clamped / clamped.sum()), name
         else:
             assert full_side["suppressed"] == "complementary suppression", name
     return differenced
@@ -305,6 +311,19 @@ def test_the_cap_bounds_the_noise_and_the_rows_must_be_the_builds(truth, tmp_pat
         assert accounting["noise_scale"] == pytest.approx(2 * cap * 3, rel=1e-6)
         assert accounting["epsilon_job"] <= 1.0
         check_result({"tables": tables}, truth, min_cell=5, min_speakers=2)
+    # one withheld part under the minimums in a breakdown: the smallest other one that has
+    # withheld rows is hidden too, not a cell without any (it reveals nothing withheld)
+    tables, _, _ = aggregate.tables(
+        judged, "judge-1", public_keys, **{**options, "min_speakers": 1},
+        full_keys=set(truth["entry_key"]),
+    )  # fmt: skip
+    check_result({"tables": tables}, truth, min_cell=5, min_speakers=1)
+    by_type = {value: sides["full"] for value, sides in tables["vulnerability_type"].items()}
+    assert by_type["unsafe_request_substance"]["suppressed"] == "withheld part: fewer than 5 rows"
+    assert by_type["unsafe_request_weapons"]["suppressed"] == "complementary suppression"
+    assert by_type["unsafe_request_self_harm"] == tables["vulnerability_type"][
+        "unsafe_request_self_harm"]["public"]  # fmt: skip
+    assert by_type["stereotype"]["noisy"] and by_type["unsafe_request_crime"]["noisy"]
     short = truth.iloc[1:]
     with pytest.raises(ValueError, match="not the full build's rows"):
         aggregate.tables(

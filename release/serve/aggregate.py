@@ -103,13 +103,12 @@ def noisy_cell(public: np.ndarray, withheld: np.ndarray) -> dict:
 
 def complementary(table: dict[str, dict], side: str, sizes: dict[str, int]) -> None:
     """A single suppressed cell in a breakdown could be recovered from the overall cell
-    and the others; suppress the smallest other cell (by SIZES: rows of the part that the
-    side reveals) too. A full cell without withheld rows reveals none: hiding it would not
-    help."""
-    hidden = [v for v, sides in table.items() if sides[side]["suppressed"]]
-    shown = sorted(
-        (sizes[v], v) for v, sides in table.items() if not sides[side]["suppressed"] and sizes[v]
-    )
+    and the others; suppress the smallest other cell too. SIZES: the rows of each cell's
+    part that SIDE reveals (the withheld part for full); a cell without any is left out
+    either way, as it reveals nothing of that part."""
+    present = [v for v in table if sizes.get(v)]
+    hidden = [v for v in present if table[v][side]["suppressed"]]
+    shown = sorted((sizes[v], v) for v in present if not table[v][side]["suppressed"])
     if len(hidden) == 1 and shown:
         table[shown[0][1]][side] = suppressed("complementary suppression")
 
@@ -207,9 +206,14 @@ def tables(
         target["full"] = noisy_cell(p.public, withheld_noisy)
     for dimension in DIMENSIONS:
         table = result[dimension]
-        sizes = {v: int((withheld[dimension].astype(str) == v).sum()) for v in table}
-        complementary(table, "full", sizes)
-        complementary(table, "public", {v: s["public"]["n"] or 0 for v, s in table.items()})
+        public_sizes, withheld_sizes = (
+            part[dimension].astype(str).value_counts().to_dict() for part in (public, withheld)
+        )
+        complementary(table, "public", public_sizes)
+        for value in table:  # a full cell without withheld rows is the public cell, as shown
+            if not withheld_sizes.get(value):
+                table[value]["full"] = table[value]["public"]
+        complementary(table, "full", withheld_sizes)
     counts = {"full": {"rows": len(rows)}, "public": {"rows": len(public)}}
     accounting = {
         "mechanism": privacy.MECHANISM, "library": privacy.library(), "unit": privacy.UNIT,

@@ -112,7 +112,9 @@ def run_jobs(version: Path, state: Path, args, threshold: float) -> list[dict]:
             ):  # fmt: skip
                 time.sleep(0.5)
             if job["status"] != "done":
-                raise SystemExit(f"job {job_id}: {job['status']}: {job['reason']}")
+                log = state / "work" / job_id / "harness.log"
+                tail = log.read_text()[-2000:] if log.exists() else ""
+                raise SystemExit(f"job {job_id}: {job['status']}: {job['reason']}\n{tail}")
             results.append(client.get(f"/jobs/{job_id}/result").json())
     finally:
         service.terminate()

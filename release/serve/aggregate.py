@@ -137,6 +137,53 @@ def public_speaker_rows(public: pd.DataFrame) -> int:
     return int(public.groupby("user_id").size().max())
 
 
+def judged_rows(judged: Path, tag: str, full_keys: set[str] | None) -> pd.DataFrame:
+    """The audio rows of the one model judged under JUDGED; with FULL_KEYS (the entry keys
+    of the full build) they must be exactly the build's rows, so that which cells are
+    shown cannot depend on the rows a model got answered."""
+    rows = prepare_rows(load_outputs(find_output_files([judged], tag)))
+    rows = rows[~rows["text_only"].astype(bool)]
+    if rows["model"].nunique() != 1:
+        raise ValueError(f"expected one model's outputs, got {rows['model'].nunique()}")
+    if full_keys is not None and (
+        len(rows) != len(full_keys) or set(rows["entry_key"]) != full_keys
+    ):
+        raise ValueError(f"{judged}: the judged rows are not the full build's rows")
+    return rows
+
+
+def cell_masks(rows: pd.DataFrame):
+    """(table, value, name, mask of a frame's rows in the cell) of every cell: overall,
+    then each value of each dimension."""
+    yield "overall", None, "overall", lambda part: np.ones(len(part), dtype=bool)
+    for dimension in DIMENSIONS:
+        for value in sorted(rows[dimension].astype(str).unique()):
+            yield dimension, value, f"{dimension}/{value}", (
+                lambda part, d=dimension, v=value: (part[d].astype(str) == v).to_numpy()
+            )  # fmt: skip
+
+
+def add_noise(result: dict, pending: list[Pending], cap: int, epsilon: float) -> dict:
+    """Fills in the PENDING full cells of RESULT from one measurement over all their
+    withheld counts; what it cost."""
+    noised_tables = sorted({p.table for p in pending})
+    release = privacy.measure(
+        [int(c) for p in pending for c in p.withheld],
+        privacy.sensitivity(cap, len(noised_tables)), epsilon,
+    )  # fmt: skip
+    noisy = np.asarray(release.noisy, dtype=np.int64).reshape(len(pending), len(CLASSES))
+    for p, withheld_noisy in zip(pending, noisy, strict=True):
+        target = result[p.table] if p.value is None else result[p.table][p.value]
+        target["full"] = noisy_cell(p.public, withheld_noisy)
+    return {
+        "mechanism": privacy.MECHANISM, "library": privacy.library(), "unit": privacy.UNIT,
+        "speaker_rows_cap": cap, "tables_with_noise": noised_tables,
+        "l1_sensitivity": release.sensitivity if pending else 0,
+        "noise_scale": release.scale, "noise_sd_per_count": privacy.noise_sd(release.scale),
+        "noisy_cells": len(pending), "epsilon_job": release.epsilon,
+    }  # fmt: skip
+
+
 def tables(
     judged: Path,
     tag: str,
@@ -152,58 +199,31 @@ def tables(
     """(tables, counts, privacy) where tables = {"overall": {side: cell}, dimension: {value:
     {side: cell}}} for the one model judged under JUDGED, counts the rows per side, and
     privacy what the noise of the full cells cost (EPSILON at most; privacy.py).
-    SPEAKER_ROWS caps each withheld speaker's rows (default: the most of a public one).
-    FULL_KEYS, the entry keys of the full build: the judged rows must be exactly these, so
-    that which cells are shown cannot depend on the rows a model got answered."""
-    rows = prepare_rows(load_outputs(find_output_files([judged], tag)))
-    rows = rows[~rows["text_only"].astype(bool)]
-    if rows["model"].nunique() != 1:
-        raise ValueError(f"expected one model's outputs, got {rows['model'].nunique()}")
-    if full_keys is not None and (
-        len(rows) != len(full_keys) or set(rows["entry_key"]) != full_keys
-    ):
-        raise ValueError(f"{judged}: the judged rows are not the full build's rows")
+    SPEAKER_ROWS caps each withheld speaker's rows (default: the most of a public one);
+    FULL_KEYS: see judged_rows."""
+    rows = judged_rows(judged, tag, full_keys)
     is_public = rows["entry_key"].isin(public_keys)
     public, withheld = rows[is_public], rows[~is_public]
     cap = speaker_rows if speaker_rows is not None else public_speaker_rows(public)
     kept = capped(withheld, cap)
+    result: dict = {dimension: {} for dimension in DIMENSIONS}
     pending: list[Pending] = []
-
-    def sides(mask_of, name: str, table: str, value: str | None) -> dict:
+    for table, value, name, mask_of in cell_masks(rows):
         part_public, part_withheld = public[mask_of(public)], withheld[mask_of(withheld)]
-        shown = {"public": cell(part_public, boot, f"public/{name}", min_cell, min_speakers)}
+        sides = {"public": cell(part_public, boot, f"public/{name}", min_cell, min_speakers)}
         reason = too_small(part_withheld, min_cell, min_speakers, "withheld part: ")
         if part_withheld.empty:
-            shown["full"] = shown["public"]
+            sides["full"] = sides["public"]
         elif reason:
-            shown["full"] = suppressed(reason)
-        else:
-            shown["full"] = None  # filled in with the noise below
+            sides["full"] = suppressed(reason)
+        else:  # filled in by add_noise
             pending.append(Pending(table, value, class_totals(part_public),
                                    class_totals(kept[mask_of(kept)])))  # fmt: skip
-        return shown
-
-    result: dict = {"overall": sides(lambda part: part.index == part.index, "overall",
-                                     "overall", None)}  # fmt: skip
-    for dimension in DIMENSIONS:
-        result[dimension] = {
-            value: sides(
-                lambda part, d=dimension, v=value: part[d].astype(str) == v,
-                f"{dimension}/{value}",
-                dimension,
-                value,
-            )  # fmt: skip
-            for value in sorted(rows[dimension].astype(str).unique())
-        }
-    noised_tables = sorted({p.table for p in pending})
-    release = privacy.measure(
-        [int(c) for p in pending for c in p.withheld],
-        privacy.sensitivity(cap, len(noised_tables)), epsilon,
-    )  # fmt: skip
-    noisy = np.asarray(release.noisy, dtype=np.int64).reshape(len(pending), len(CLASSES))
-    for p, withheld_noisy in zip(pending, noisy, strict=True):
-        target = result[p.table] if p.value is None else result[p.table][p.value]
-        target["full"] = noisy_cell(p.public, withheld_noisy)
+        if value is None:
+            result[table] = sides
+        else:
+            result[table][value] = sides
+    accounting = add_noise(result, pending, cap, epsilon)
     for dimension in DIMENSIONS:
         table = result[dimension]
         public_sizes, withheld_sizes = (
@@ -214,12 +234,4 @@ def tables(
             if not withheld_sizes.get(value):
                 table[value]["full"] = table[value]["public"]
         complementary(table, "full", withheld_sizes)
-    counts = {"full": {"rows": len(rows)}, "public": {"rows": len(public)}}
-    accounting = {
-        "mechanism": privacy.MECHANISM, "library": privacy.library(), "unit": privacy.UNIT,
-        "speaker_rows_cap": cap, "tables_with_noise": noised_tables,
-        "l1_sensitivity": release.sensitivity if pending else 0,
-        "noise_scale": release.scale, "noise_sd_per_count": privacy.noise_sd(release.scale),
-        "noisy_cells": len(pending), "epsilon_job": release.epsilon,
-    }  # fmt: skip
-    return result, counts, accounting
+    return result, {"full": {"rows": len(rows)}, "public": {"rows": len(public)}}, accounting

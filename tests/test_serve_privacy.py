@@ -171,6 +171,12 @@ def test_differencing_gives_noise_and_the_budget_refuses_once_spent(
         "audio_type/noise_a", "audio_type/noise_b", "audio_type/silence", "audio_type/speech",
         "overall", "vulnerability_type/stereotype", "vulnerability_type/unsafe_request_crime",
     ]  # fmt: skip
+    # the covert channel: the loud withheld clips of a cell are its withheld unsafe count;
+    # exact tables gave every one of them, the noisy ones give it right by chance only
+    loud = {n: int((~r["public"] & (r["cls"] == 0)).sum()) for n in estimates
+            for r in [cell_rows(truth, n)]}  # fmt: skip
+    decoded_right = [int(s[0]) == loud[n] for n, seen in estimates.items() for s in seen]
+    assert len(decoded_right) == 14 and not all(decoded_right)
     for name, seen in estimates.items():
         rows = cell_rows(truth, name)
         exact = class_counts(rows[~rows["public"]])

@@ -182,7 +182,8 @@ def measure(label: str, version: Path, args) -> dict:
     print(f"decoded right: exact tables 100% of the cells they showed ({exact_bits:.0f} bits "
           f"per job), "
           f"now {summary['decoded_right_now'] or 0:.0%} of {len(per_cell)} noisy cells "
-          f"(<= {now_bits:.2f} bits per job; <= {summary['bits_per_speaker_bound']} bits "
+          f"(about {now_bits:.2f} bits per job for counts drawn uniformly; <= "
+          f"{summary['bits_per_speaker_bound']} bits "
           f"about any one speaker per job)")  # fmt: skip
     return summary
 

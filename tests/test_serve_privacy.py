@@ -146,6 +146,17 @@ def test_differencing_gives_noise_and_the_budget_refuses_once_spent(
     assert [j["id"] for j in service.store.jobs_of("olive")] == ids  # refused: never queued
     refusals = [a for a in service.store.audit_log() if a["action"] == "job refused"]
     assert [(a["user"], a["detail"]) for a in refusals] == [("olive", "privacy budget")] * 2
+    # a job that got past the submission check (two submissions at once) still cannot
+    # overdraw: the spending at release is checked again, and it ends with no result
+    raced = service.store.submit("olive", MODEL, "main", {})
+    job = service.wait(client, raced)
+    assert job["status"] == "failed", job
+    assert job["reason"] == "privacy budget spent: no result was released"
+    assert client.get(f"/jobs/{raced}/result").status_code == 409
+    assert sorted(p.name for p in service.config.results.iterdir()) == sorted(
+        f"{i}.json" for i in ids
+    )
+    assert service.store.epsilon_spent("olive") == pytest.approx(20)
     other = service.client("pia")  # the budget is per user
     answer = other.post("/jobs", json={"model": MODEL})
     assert answer.status_code == 201

@@ -54,11 +54,12 @@ lint: venv ## ruff check and format check
 release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
 	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public) $(if $(OVERRIDE_GATE),--override-gate "$(OVERRIDE_GATE)")
 
-bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness, covert channel of serve results (~8 min)
 	$(BIN)/python bench/bench_build.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py
 	$(BIN)/python bench/bench_infer.py
+	$(BIN)/python bench/bench_covert.py --scale 1
 
 bench-scale: venv ## cold builds at SCALES (default 0.5,1,10; 10 is ~15k recordings, 17 h): seconds per audio hour and peak RSS per scale
 	$(BIN)/python bench/bench_scale.py --scales $(SCALES) --workers $(BENCH_WORKERS)

@@ -166,7 +166,7 @@ def test_case_variant_consent_key_is_fatal_and_denies_the_registered_participant
     inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
     [problem] = [p for p in inputs.problems if p.fatal]
     assert (problem.row, problem.field) == (12, "participant_key")
-    assert "'DEMO-P01' is not a registered key, but 'demo-p01' is" in problem.message
+    assert "'DEMO-P01' is not a registered key, but it is 'demo-p01' once case" in problem.message
     states = consent_states(inputs.participants, inputs.consent)
     assert states["demo-p01"] is ConsentState.AMBIGUOUS
 
@@ -229,42 +229,21 @@ def test_every_data_line_is_a_record_or_a_problem(corpus):
     assert result.lines.records + len(problem_lines) == result.lines.lines
 
 
-def test_unrecognised_mother_tongue_is_kept_with_a_warning_and_builds(corpus, tmp_path, demo_cache):
+def test_a_mother_tongue_that_maps_is_kept_and_one_that_does_not_is_refused(corpus):
     participants = corpus / "participants.csv"
     replace_line(participants, 4, "de-DE", "Portuguese (Brazil)")  # demo-p03: mapped
-    replace_line(participants, 8, "65+,fr,", "65+,Sardo   campidanese,")  # demo-p07: unknown
     result = read_participants(participants)
-    by_key = {p.participant_key: p for p in result.records}
-    assert len(by_key) == 11 and not result.fatal and not result.refused
-    assert by_key["demo-p03"].mother_tongue == "pt-BR"
-    assert by_key["demo-p07"].mother_tongue == "Sardo campidanese"
-    (warning,) = result.problems
-    assert (warning.row, warning.field, warning.fatal, warning.warning) == (
-        8,
-        "mother_tongue",
-        False,
-        True,
-    )
-    assert "kept as written" in warning.message
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
-    assert not inputs.fatal
-    assert {c.participant_key for c in inputs.contributions} >= {"demo-p03", "demo-p07"}
-    assert not any(
-        "participants registry" in p.message and ("p03" in p.message or "p07" in p.message)
-        for p in inputs.problems
-    )
+    assert not result.problems
+    assert {p.participant_key: p for p in result.records}["demo-p03"].mother_tongue == "pt-BR"
+    # A value no tag or name maps would be published as free text: refused, naming the line.
+    replace_line(participants, 8, "65+,fr,", "65+,Sardo   campidanese,")  # demo-p07
+    result = read_participants(participants)
+    (problem,) = result.problems
+    assert (problem.row, problem.field, problem.fatal) == (8, "mother_tongue", True)
+    assert "neither a language tag" in problem.message
+    assert "demo-p07" in result.refused
     checked = check(corpus)
-    assert checked.exit_code == 0, checked.output
-    assert "warning: mother tongue 'Sardo   campidanese'" in checked.output
-    build(corpus, tmp_path, demo_cache)
-    full = tmp_path / "out" / "1.0.0" / "full"
-    quarantine = (full / "quarantine.jsonl").read_text()
-    assert "participants.csv" not in quarantine  # a warning quarantines nothing
-    import pyarrow.parquet as pq
-
-    rows = [r for s in full.glob("data/*/*.parquet") for r in pq.read_table(s).to_pylist()]
-    assert {r["mother_tongue"] for r in rows if r["lang"] == "fr"} >= {"Sardo campidanese"}
-    assert "pt-BR" in {r["mother_tongue"] for r in rows if r["lang"] == "de"}
+    assert checked.exit_code != 0 and "participants.csv:8: mother_tongue" in checked.output
 
 
 def test_contributions_of_a_refused_participant_row_say_which_row_and_why(corpus, tmp_path):

@@ -81,6 +81,9 @@ def _inputs_of(version_dir: Path | None, config_path: Path | None, other_inputs:
             "with the input config the release was built from"
         )
     config = load_config(config_path)
+    from .consent import read_consent_view
+
+    read_consent_view(config)  # a registry row the build would refuse is named first
     if version_dir is not None:
         name = (
             f"--config {config_path}"

@@ -237,18 +237,28 @@ def test_repeated_keys_are_caught(staged_copy, tmp_path):
     assert {p.check for p in problems} == {"keys"}
 
 
-def test_needles_find_what_a_substring_search_finds():
-    from redvox.release.verify import Needles
+def test_private_strings_are_found_as_tokens_or_whole_values_never_inside_words():
+    from redvox.release.verify import Registry
 
-    secrets = ["alice_0001", "bob", "en_shades_1.0.flac", "en_shades_12.flac"]
-    needles = Needles(secrets)
-    for text in (
-        "",
-        "x",
-        "see en_shades_12.flac here",
-        "bo",
-        "a bob",
-        "alice_000",
-        "en_shades_1.0",
-    ):
-        assert needles.found_in(text) == any(s in text for s in secrets), text
+    registry = Registry(
+        frozenset(),
+        frozenset({"alice_0001", "bob", "en_shades_1.0.flac", "en", "speech", "p 7.flac"}),
+        ordinary_words=frozenset({"en", "speech"}),
+    )
+    found = {
+        "see en_shades_12.flac here": False,  # another file, whose name starts alike
+        "bobby and alice_00011": False,
+        "a bob": True,
+        "(bob)": True,
+        "written by alice_0001.": True,  # a full stop ends the sentence, not the token
+        "audio/en_shades_1.0.flac": True,
+        "entry en_GB speechless": False,
+        "a recording p 7.flac": True,  # several tokens: found as a part of the text
+    }
+    for text, expected in found.items():
+        assert registry.found_in(text) == expected, text
+    # A key that is an ordinary word is not searched as a token (it cannot be told from
+    # the word), but is still found as a whole value outside the vocabulary columns.
+    assert not registry.leaks("user_text", "Free speech, en route")
+    assert not registry.leaks("lang", "en") and not registry.leaks("audio_type", "speech")
+    assert registry.leaks("ethnicity", "speech") and registry.leaks("transcript", "bob")

@@ -79,6 +79,9 @@ _CONFUSABLES = str.maketrans(
         "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ω": "w",
         "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M",
         "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+        # dashes and minus signs that read as a hyphen
+        "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
+        "\u2015": "-", "\u2212": "-", "\ufe63": "-",
     }
 )  # fmt: skip
 # Format characters (U+200B, U+200C, U+200D, U+2060, U+FEFF, ...) and the Hangul fillers

@@ -262,3 +262,35 @@ def test_private_strings_are_found_as_tokens_or_whole_values_never_inside_words(
     assert not registry.leaks("user_text", "Free speech, en route")
     assert not registry.leaks("lang", "en") and not registry.leaks("audio_type", "speech")
     assert registry.leaks("ethnicity", "speech") and registry.leaks("transcript", "bob")
+
+
+def test_participant_keys_that_are_common_words_release(tmp_path, copy_demo_cache):
+    """Keys spelled like languages, audio types, genders and sources leak nowhere, and
+    verify does not mistake those words for them: the release stages and verifies."""
+    from click.testing import CliRunner
+    from test_public_reports import renamed_demo
+
+    from redvox.builder.cli import main
+
+    words = ["en", "speech", "female", "audio", "shades", "de", "male", "text", "fr",
+             "noise", "it", "es"]  # fmt: skip
+    config = renamed_demo(tmp_path, words) / "config.yaml"
+    out, runner = tmp_path / "out", CliRunner(env={"HF_TOKEN": None})
+
+    def redvox(*args):
+        result = runner.invoke(main, [str(a) for a in args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    redvox("build", "--version", "1.0.0", "--config", config, "--out", out, "--workers", 1,
+           "--cache", copy_demo_cache(tmp_path / "cache"))  # fmt: skip
+    redvox("release", "represent", out / "1.0.0", "--override-gate", "demo", "--config", config)
+    staged = redvox("release", "stage", out / "1.0.0", "--out", tmp_path / "staged",
+                    "--config", config)  # fmt: skip
+    assert "verified (rows per config" in staged and "FAILED" not in staged
+    # Such a key is still found as a whole value where no vocabulary explains it.
+    staged_dir = tmp_path / "staged"
+    rewrite(staged_dir / EN, lambda rows: [rows[0] | {"ethnicity": "female"}, *rows[1:]])
+    registry = read_registry(InputConfig.load(config), "public")
+    problems = check_rows(load(staged_dir, tmp_path), registry, [])
+    assert [(p.check, "column ethnicity" in p.message) for p in problems] == [("identifiers", True)]

@@ -174,10 +174,11 @@ def ordinary_words(config: InputConfig) -> frozenset[str]:
         texts += [c.spoken_text, c.speech_followup, c.audio_request_text, c.transcript or ""]
     bank = Path(config.noise_bank)
     texts += [p.relative_to(bank).as_posix() for p in bank.rglob("*") if p.is_file()]
-    for folder in (TEMPLATES, EVALUATOR, Path(__file__).parent):
-        for path in folder.rglob("*"):
-            if path.suffix in (".md", ".py", ".txt", ".jsonl", ".json"):
-                texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    # What the card, terms, loading script and evaluator are written from.
+    shipped = [*TEMPLATES.rglob("*"), *EVALUATOR.rglob("*"), Path(__file__).with_name("card.py")]
+    for path in shipped:
+        if path.is_file() and path.suffix in (".md", ".py", ".txt", ".jsonl", ".json"):
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
     for text in texts:
         words |= tokens(text)
     return frozenset(words)

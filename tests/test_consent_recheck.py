@@ -185,3 +185,35 @@ def test_the_unchanged_copy_still_stages_and_verifies(released):
                     "--config", released["config"])  # fmt: skip
     assert result.exit_code == 0, result.output
     assert "verified (" in result.output and Path(restaged / EN).is_file()
+
+
+@pytest.mark.parametrize(
+    "row, field",
+    [
+        ('demo-p01,"yes,yes,2026-06-01,v1.0\n', ""),  # unclosed quote
+        ("demo-p01,yes,yes,2026-06-01,v1.0,by e-mail\n", ""),  # extra cell
+        ("demo-p01,yes,yes,null,v1.0\n", " withdrawal_date:"),  # an exported empty value
+        ("demo-p42,yes,yes,2026-06-01,v1.0\n", " participant_key:"),  # an unknown key
+    ],
+)
+def test_a_registry_row_the_build_would_refuse_stops_represent_stage_and_verify(
+    released, row, field
+):
+    with released["consent"].open("a", encoding="utf-8") as fh:
+        fh.write(row)
+    where = f"consent.csv:12:{field}"
+    for args in (
+        ("represent", released["version_dir"], "--override-gate", "demo"),
+        ("stage", released["version_dir"], "--out", released["version_dir"].parent / "again"),
+        ("verify", released["staged"]),
+    ):
+        output = one_line_refusal(redvox("release", *args, "--config", released["config"]))
+        assert where in output and "nothing is released" in output, (args[0], output)
+    assert not (released["version_dir"].parent / "again").exists()
+
+
+def test_the_card_says_how_free_text_was_screened(demo_release):
+    from redvox.release.card import read_card
+
+    _, body = read_card(demo_release["staged"])
+    assert "free text was screened for e-mail addresses, URLs, phone numbers" in body

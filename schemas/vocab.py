@@ -138,13 +138,13 @@ def _mother_tongue_tag(text: str) -> str | None:
     return None
 
 
-def normalize_mother_tongue(raw: str, *, strict: bool = True) -> str:
+def normalize_mother_tongue(raw: str) -> str:
     """Map a free-typed mother tongue onto a BCP-47 style tag.
 
     `ES_ES`, `ES-ES`, `es-es` -> `es-ES`; `Italian` -> `it`; `EN-US` -> `en-US`;
-    `Portuguese (Brazil)` -> `pt-BR`. A value nothing maps raises, or with
-    `strict=False` is kept as written (whitespace collapsed): a self-declared answer
-    is never a reason to drop a participant.
+    `Portuguese (Brazil)` -> `pt-BR`. A value nothing maps raises: it would be
+    published as free text, unchecked, so the registry row is refused until it is
+    written as a tag or its name is added here.
     """
     if raw is None:
         raise VocabularyError("mother tongue is empty")
@@ -154,17 +154,10 @@ def normalize_mother_tongue(raw: str, *, strict: bool = True) -> str:
     tag = _mother_tongue_tag(text)
     if tag is not None:
         return tag
-    if not strict:
-        return text
     raise VocabularyError(
-        f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language name"
+        f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language "
+        "name; write the tag, or add the name to schemas/vocab.py"
     )
-
-
-def is_known_mother_tongue(raw: str | None) -> bool:
-    """Whether `raw` maps onto a tag (False for a value kept as written)."""
-    text = " ".join(str(raw or "").split())
-    return bool(text) and _mother_tongue_tag(text) is not None
 
 
 def primary_language(tag: str) -> str:

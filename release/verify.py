@@ -816,7 +816,10 @@ def verify_staged(
     problems += check_target_visibility(provenance, repo_id, api)
     echo("reading the consent registry again")
     registry = read_registry(config, dataset_set, build)
-    problems += check_consent(staged, registry, dataset_set)
+    consent = check_consent(staged, registry, dataset_set)
+    if consent:  # decisive: the folder is not released, whatever else holds
+        problems += consent
+        return result
     local = [str(staged), str(Path.home()), str(config.audio_root), str(config.consent.parent)]
     problems += check_file_names(staged, registry)
     problems += check_text_files(staged, registry, local)

@@ -32,7 +32,7 @@ In case a caller ignores fatal problems, consent is also read deny-by-default
 at the record level: a consent row whose answers or date cannot be read, or
 that cannot be read as a row at all, still counts for its participant (when
 its key can be made out) as a row with no answers, so that `resolve_consent`
-excludes them (ambiguous); a row keyed by a case variant of a registered key
+excludes them (ambiguous); a row keyed by a variant (`fold_key`) of a registered key
 counts the same way against the registered participant. Dropping the row
 instead could leave an older "yes" row deciding alone, or hide a withdrawal.
 """

@@ -134,7 +134,7 @@ def _build_locked(
         config = config.model_copy(update={"items": version.config.items})
     context = _prepare(version, config, options)
     report = BuildReport(version.version)
-    record_inputs(Path(options.out) / version.version, config, context.inputs_hashes)
+    record_inputs(Path(options.out) / version.version, context.inputs_hashes)
     for dataset_set in options.sets:
         folder = Path(options.out) / version.version / dataset_set
         report.sets[dataset_set] = write_set(context, dataset_set, folder)

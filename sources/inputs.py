@@ -23,7 +23,7 @@ from redvox.schemas.layout import sha256_file
 from .contributions import read_contributions
 from .malert import read_malert
 from .problems import LineCount, Problem, ReadResult
-from .registry import read_consent, read_participants
+from .registry import read_participants, read_registered_consent
 from .selection import select_items
 from .shades import read_shades
 
@@ -79,15 +79,7 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         read_items = shades.records + malert.records
         selected = step("items", lambda: select_items(read_items, config.items))
         participants = step("participants", lambda: read_participants(config.participants))
-        registered = {p.participant_key for p in participants.records}
-        consent = step(
-            "consent",
-            lambda: read_consent(
-                config.consent,
-                participant_keys=registered if participants.lines else None,
-                refused=participants.refused,
-            ),
-        )
+        consent = step("consent", lambda: read_registered_consent(config.consent, participants))
         items_known = not (shades.fatal or malert.fatal or selected.fatal)
         contributions = step(
             "contributions",

@@ -3,7 +3,9 @@
 Every reader goes through here so the same rules hold for every input:
 - a cell is text or None: blank cells and the spellings tools write for a
   missing value (pandas `nan`, JSON `null`, Python `None`) are None, and
-  surrounding whitespace is stripped; numbers become their text (`10330.0`,
+  surrounding whitespace is stripped; in a fail-closed read (the private
+  registries) those spellings stay text, so the reader refuses them where a
+  value belongs instead of reading them as blank; numbers become their text (`10330.0`,
   how pandas writes an integer column with gaps, becomes `10330`);
 - header names have their whitespace collapsed (exports add stray spaces);
 - line numbers are what an editor shows: the CSV header is its first non-blank
@@ -52,8 +54,9 @@ def collapse_whitespace(name: str) -> str:
     return " ".join(str(name).split())
 
 
-def cell_text(value: Any) -> str | None:
-    """A cell as stripped text, None when it holds no value."""
+def cell_text(value: Any, *, literal: bool = False) -> str | None:
+    """A cell as stripped text, None when it holds no value (`literal`: only a blank
+    cell holds none, `null` or `nan` stay text)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -64,7 +67,9 @@ def cell_text(value: Any) -> str | None:
         if value.is_integer():
             return str(int(value))
     text = str(value).strip()
-    return None if not text or text.casefold() in _MISSING_SPELLINGS else text
+    if not text or (not literal and text.casefold() in _MISSING_SPELLINGS):
+        return None
+    return text
 
 
 def decode_utf8(data: bytes, file: str) -> tuple[str | None, Problem | None]:
@@ -226,8 +231,10 @@ def _check_columns(
         problems.append(Problem(file, None, None, "has no data rows; export it again", True))
         return TableRead([], problems)
 
+    literal = fail_closed is not None
+
     def row(line: int, cells: list[Any]) -> TableRow:
-        return TableRow(line, {name: _cell(cells, i) for name, i in first_index.items()})
+        return TableRow(line, {name: _cell(cells, i, literal) for name, i in first_index.items()})
 
     rows = [row(line, cells) for line, cells in raw.rows]
     problems += _unaccounted(raw, file)
@@ -262,8 +269,8 @@ def _ranges(lines: list[int]) -> str:
     return ", ".join(f"line {a}" if a == b else f"lines {a}-{b}" for a, b in spans)
 
 
-def _cell(cells: list[Any], index: int) -> str | None:
-    return cell_text(cells[index]) if index < len(cells) else None
+def _cell(cells: list[Any], index: int, literal: bool = False) -> str | None:
+    return cell_text(cells[index], literal=literal) if index < len(cells) else None
 
 
 # CSV: one record per physical line. The exports RedVox reads never need a line

@@ -117,6 +117,9 @@ def _shared_files(
 def _contribution(row: TableRow, file: str) -> tuple[Contribution | None, list[Problem]]:
     data = {name: row.cells.get(name) for name in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}
     data["item_id"] = _item_id(data["source"], data["item_id"])
+    # `EN` and `en` are one language code, as header names and mother tongues are
+    # normalised too; anything that is not one of the five codes is still refused.
+    data["lang"] = data["lang"].lower() if data["lang"] else data["lang"]
     return validate_row(Contribution, data, file, row.line)
 
 
@@ -181,8 +184,15 @@ def _audio_file(
         return problem(
             f"{audio_file!r} is an absolute path; row skipped, give it relative to {root}"
         )
-    target = (root / audio_file).resolve()
-    if not target.is_relative_to(root.resolve()):
+    try:
+        target = (root / audio_file).resolve()
+        inside = target.is_relative_to(root.resolve())
+    except (RuntimeError, OSError) as exc:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        return problem(
+            f"{audio_file!r} cannot be followed under {root} ({exc}); row skipped, point the "
+            "symbolic link at the recording itself"
+        )
+    if not inside:
         return problem(
             f"{audio_file!r} leads outside the audio folder {root} (through '..' or a "
             "symbolic link); row skipped, give a path to a file inside it"

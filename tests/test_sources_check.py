@@ -105,12 +105,7 @@ def test_load_inputs_keeps_only_usable_contributions_and_hashes_inputs():
 
 
 def test_check_exits_1_when_an_input_is_missing(tmp_path):
-    raw = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
-    config = {name: str(DEMO / value) for name, value in raw.items() if isinstance(value, str)}
-    config["items"] = {"item_keys_file": str(DEMO / "items.txt")}
-    config["participants"] = str(tmp_path / "participants.csv")
-    path = tmp_path / "config.yaml"
-    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    path = demo_config(tmp_path, participants=tmp_path / "participants.csv")
     result = CliRunner().invoke(main, ["sources", "check", "--config", str(path)])
     assert result.exit_code == 1
     assert "Unusable inputs (1)" in result.output
@@ -137,6 +132,12 @@ def demo_config(tmp_path, **paths) -> Path:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
+
+
+def build(config: Path, out: Path):
+    """`redvox build` of version 1.0.0's full set from `config`."""
+    args = ["build", "--version", "1.0.0", "--config", str(config), "--out", str(out)]
+    return CliRunner().invoke(main, [*args, "--workers", "1", "--set", "full"])
 
 
 def babble_bank(tmp_path, files: int, voices: int) -> Path:
@@ -168,22 +169,7 @@ def test_check_refuses_a_babble_bank_with_too_few_voices_as_the_build_does(tmp_p
             for line in result.output.splitlines()
         )
     if (files, voices) == (2, 2):  # the build's verdict, once: the same refusal
-        built = CliRunner().invoke(
-            main,
-            [
-                "build",
-                "--version",
-                "1.0.0",
-                "--config",
-                str(config),
-                "--out",
-                str(tmp_path / "out"),
-                "--workers",
-                "1",
-                "--set",
-                "full",
-            ],
-        )
+        built = build(config, tmp_path / "out")
         assert built.exit_code == 1 and isinstance(built.exception, SystemExit)
         assert "condition 'noise_b' needs at least 3 distinct speakers" in built.output
         assert "found 2" in built.output
@@ -211,22 +197,7 @@ def test_a_source_folder_without_annotations_is_a_warning_and_the_build_reads_it
         line.split() == ["speech", "1", "8", "8", "1"] for line in result.output.splitlines()
     )
     out = tmp_path / "out"
-    built = CliRunner().invoke(
-        main,
-        [
-            "build",
-            "--version",
-            "1.0.0",
-            "--config",
-            str(config),
-            "--out",
-            str(out),
-            "--workers",
-            "1",
-            "--set",
-            "full",
-        ],
-    )
+    built = build(config, out)
     assert built.exit_code == 0, built.output
     shards = sorted((out / "1.0.0" / "full" / "data").glob("*/*.parquet"))
     babble = [

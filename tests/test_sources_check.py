@@ -10,6 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
+from shades_release_fixture import release_frame
 
 from redvox.builder.cli import main
 from redvox.schemas import DEMO_CONFIG, InputConfig
@@ -128,7 +129,7 @@ def demo_config(tmp_path, **paths) -> Path:
     raw = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
     config = {name: str(DEMO / value) for name, value in raw.items() if isinstance(value, str)}
     config["items"] = {"item_keys_file": str(DEMO / "items.txt")}
-    config.update({name: str(value) for name, value in paths.items()})
+    config.update({k: str(v) if isinstance(v, Path) else v for k, v in paths.items()})
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     return path
@@ -242,3 +243,19 @@ def test_a_symbolic_link_loop_is_one_line_naming_it_never_a_traceback(tmp_path, 
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit) and "Traceback" not in result.output
     assert str(named) in result.output
+
+
+def test_check_counts_physical_lines_and_records_of_a_pandas_shades_export(tmp_path):
+    frame, expected = release_frame()
+    shades = tmp_path / "shades.csv"
+    frame.to_csv(shades, index=False)
+    physical = len(shades.read_text(encoding="utf-8").splitlines()) - 1
+    config = demo_config(tmp_path, shades=shades, items={"seed": 0, "shades": 181, "per_group": 2})
+    result = CliRunner().invoke(main, ["sources", "check", "--no-audio", "--config", str(config)])
+    assert result.exit_code == 0, result.output
+    [line] = [line for line in result.output.splitlines() if line.startswith("shades ")]
+    continued = physical - 728
+    assert f"{physical} lines read, 728 records ({continued} lines continue a quoted" in line
+    assert line.split()[-1] == "0"  # lines not read
+    assert any(line.split()[:2] == ["stereotype", "181"] for line in result.output.splitlines())
+    assert result.output.count("no biased sentence in") == 728 - len(expected)

@@ -178,3 +178,17 @@ def test_an_audio_file_that_is_a_symbolic_link_loop_is_one_row_problem(tmp_path)
     assert (problem.row, problem.field) == (2, "audio_file")
     assert "'p01/loop.wav' cannot be followed" in problem.message
     assert "row skipped" in problem.message
+
+
+@pytest.mark.parametrize("line_break", ["\n", "\r\n"])
+def test_a_line_break_inside_a_cell_is_refused_on_its_lines_never_merged(tmp_path, line_break):
+    # One record per line: a quote left open must not merge the next row (another
+    # participant's key and file) into this one's published text.
+    broken = row(audio="p01/b.wav")
+    broken[5] = f"Women talk{line_break}p02,shades,7.0,en,p02/a.wav,a lot."
+    path, audio = corpus(tmp_path, [row(), broken, row("p02", audio="p02/a.wav")])
+    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    assert result.record_lines == [2, 5]
+    assert [p.row for p in result.problems] == [3, 4]
+    assert "does not close on this line" in result.problems[0].message
+    assert all("p02" not in c.spoken_text for c in result.records)

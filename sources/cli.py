@@ -40,7 +40,7 @@ from redvox.schemas import (
 from .cli_options import config_option
 from .inputs import Inputs, input_hashes, load_inputs, read_bank
 from .malert import read_malert
-from .musan import CATEGORIES, NoiseBank, NoiseBankError
+from .musan import CATEGORIES, SPEECH_CATEGORY, NoiseBank, NoiseBankError
 from .problems import Problem
 from .selection import select_items
 from .shades import read_shades
@@ -193,7 +193,7 @@ def _bank_table(bank: NoiseBank) -> str:
     for category in CATEGORIES:
         files = bank.of(category)
         folders = {f"{category}/{f.source}" for f in files}
-        voices = len({f.speaker for f in files}) if category == "speech" else "-"
+        voices = len({f.speaker for f in files}) if category == SPEECH_CATEGORY else "-"
         unannotated = sum(folder in folders for folder in bank.unannotated)
         rows.append([category, len(folders), len(files), voices, unannotated])
     headers = ["category", "source folders", "files", "voices", "without ANNOTATIONS"]

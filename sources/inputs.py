@@ -22,7 +22,7 @@ from redvox.schemas.layout import sha256_file
 
 from .contributions import read_contributions
 from .malert import read_malert
-from .musan import ANNOTATIONS, NoiseBank, NoiseBankError, read_noise_bank
+from .musan import ANNOTATIONS, SPEECH_CATEGORY, NoiseBank, NoiseBankError, read_noise_bank
 from .problems import LineCount, Problem, ReadResult
 from .registry import read_consent, read_participants
 from .selection import select_items
@@ -156,7 +156,7 @@ def read_bank(root: Path) -> tuple[NoiseBank | None, list[Problem]]:
             "each of its files is taken as a speaker of its own, so babble may mix one voice "
             "with itself; add the file with a `speaker=<id>` field on the lines of files "
             "that share a voice"
-            if category == "speech"
+            if category == SPEECH_CATEGORY
             else "nothing the build reads is lost, but the copy may be incomplete"
         )
         message = (

@@ -38,7 +38,8 @@ from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
 
-CATEGORIES: tuple[str, ...] = ("noise", "speech", "music")
+SPEECH_CATEGORY = "speech"  # the category whose files are voices (babble's speakers)
+CATEGORIES: tuple[str, ...] = ("noise", SPEECH_CATEGORY, "music")
 ANNOTATIONS = "ANNOTATIONS"
 EXPECTED_LAYOUT = (
     "expected MUSAN layout: <root>/{noise,speech,music}/<source>/*.wav, optionally an "

@@ -133,7 +133,8 @@ def _by_participant(records: list[ConsentRecord]) -> dict[str, list[ConsentRecor
 
 def _folder_problems(config: InputConfig) -> list[Problem]:
     # The audio folder is checked by the contributions reader; the noise bank's
-    # content is read by the builder, but a missing folder makes any build fail.
+    # content is read by the builder and by `sources check` (read_bank), but a
+    # missing folder makes any build fail.
     if config.noise_bank.is_dir():
         return []
     message = "noise bank folder not found; check noise_bank in the input config"

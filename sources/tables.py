@@ -203,7 +203,8 @@ class _RawTable:
     rows: list[tuple[int, list[Any]]]  # (line, cells in column order)
     problems: list[Problem]
     header_line: int | None = None
-    data_lines: list[int] = dataclasses.field(default_factory=list)  # non-blank, header excluded
+    # the non-blank lines after the header, and every line inside a multi-line record
+    data_lines: list[int] = dataclasses.field(default_factory=list)
     rejected: list[tuple[int, list[Any]]] = dataclasses.field(default_factory=list)
     # first line -> last line of each record that spans several physical lines
     spans: dict[int, int] = dataclasses.field(default_factory=dict)

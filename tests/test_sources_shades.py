@@ -281,3 +281,34 @@ def test_the_released_layout_yields_every_parallel_row(tmp_path, export):
         gaps = frame[sentences.isna().any(axis=1)]
         not_parallel = set(zip(gaps["index"], gaps["subset"], strict=True))
         assert {tuple(lines[p.row - 1].split(",")[:2]) for p in missing} == not_parallel
+
+
+@pytest.fixture(scope="module")
+def release_export() -> tuple[str, dict[str, dict[str, str]]]:
+    """The generated release as pandas writes it to CSV, and its parallel rows."""
+    frame, expected = release_frame()
+    return frame.to_csv(index=False), expected
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_quote_added_or_lost_anywhere_in_the_export_never_changes_an_item(
+    tmp_path, release_export, seed
+):
+    """Whatever one stray or missing `"` does to the RFC 4180 reading, every item read
+    has its own five sentences: what is damaged is reported, never silently merged."""
+    text, expected = release_export
+    path = tmp_path / "shades.csv"
+    rng = random.Random(seed)
+    if seed % 2:
+        at = rng.randrange(text.index("\n"), len(text))
+        damaged = text[:at] + '"' + text[at:]
+    else:
+        at = rng.choice([i for i, c in enumerate(text) if c == '"'])
+        damaged = text[:at] + text[at + 1 :]
+    path.write_text(damaged, encoding="utf-8")
+    result = read_shades(path)
+    read = key_to_text(result)
+    assert all(expected.get(key) == text for key, text in read.items())
+    assert not result.fatal  # every line is a row or named by a problem
+    lost = len(expected) - len(read)
+    assert lost <= sum("row skipped" in p.message.lower() for p in result.problems)

@@ -8,6 +8,11 @@ all are kept, each with its line, and the build releases the first take that
 decodes and passes VAD (builder/takes.py). One audio file belongs to one participant: when rows of two participants lead to
 the same file (same path, a link or a hard link to it), every row using it is
 refused, naming the others. Everything else is reported with its line.
+
+The manifest is read one record per line (no `multiline`): its rows carry private
+keys, and a quote left open must never merge the next row into this one's text. A
+`lang` is read in any case (`EN` -> `en`); a path that is a symbolic link loop is
+a row problem like any other.
 """
 
 from __future__ import annotations

@@ -301,7 +301,7 @@ class Runner:
         try:
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=capped.write_fd, stderr=capped.write_fd,
-                start_new_session=True, preexec_fn=sandbox.die_with_parent, **popen,
+                start_new_session=True, preexec_fn=sandbox.child_setup, **popen,
             )  # fmt: skip
         finally:
             capped.started()

@@ -15,6 +15,7 @@ for GET /v1/models, run infer, exit; the exit status says which stage ended it."
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import os
@@ -196,12 +197,13 @@ class Policy:
         """The bwrap argv running INNER with the job's INPUT_DIR (read-only) and
         OUTPUT_DIR (writable) at /job/input and /job/output."""
         argv = [bwrap_path(), *NAMESPACES, *system_binds()]
+        # the tmpfs first: a bind below /tmp (a template's script there) must stay visible
+        argv += ["--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp"]
         for path in self.binds(template_argv):
             argv += ["--ro-bind", str(path), str(path)]
         for path in self.dev_paths:
             argv += ["--dev-bind", str(self.check(path)), str(path)]
-        argv += ["--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/tmp",
-                 "--ro-bind", str(input_dir), INPUT, "--bind", str(output_dir), OUTPUT,
+        argv += ["--ro-bind", str(input_dir), INPUT, "--bind", str(output_dir), OUTPUT,
                  "--chdir", "/tmp", "--clearenv"]  # fmt: skip
         for key, value in sorted(self.environment().items()):
             argv += ["--setenv", key, value]
@@ -273,11 +275,14 @@ def kill_group(pid: int, start: int | None) -> bool:
     return True
 
 
-def die_with_parent() -> None:
-    """preexec_fn: the child is SIGKILLed when the service process dies (Linux prctl)."""
-    import ctypes
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl  # looked up before any fork
 
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+def child_setup() -> None:
+    """preexec_fn of the job's processes: SIGKILLed when the service process dies
+    (PR_SET_PDEATHSIG), and whatever they create private (umask 077)."""
+    _PRCTL(1, signal.SIGKILL)
+    os.umask(0o077)
 
 
 # --- inside the sandbox ---------------------------------------------------------------

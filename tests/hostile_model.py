@@ -152,7 +152,7 @@ def main() -> None:
             print("HOSTILE read", path, attempt(lambda p=path: read_bytes(p)), flush=True)
         print("HOSTILE secret", targets["canary"], flush=True)
         sys.exit(33)
-    report = attack(targets)
+    report = attack(targets) if "listener" in targets else {}
     print("HOSTILE report", json.dumps(report)[:2000], flush=True)
     answer = f"HOSTILE-REPORT{json.dumps(report)}END"
     serve(args.port, answer, 5 if args.mode == "exit-after" else None)

@@ -166,10 +166,10 @@ class Runner:
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
 
-    def note(self, job_id: str, message: str) -> None:
+    def note(self, job_id: str, message: str, level: int = logging.INFO) -> None:
         """A line of the service log about a job (flagged when unsandboxed)."""
         prefix = f"{UNSANDBOXED}: " if self.config.unsandboxed_dev else ""
-        log.warning("%sjob %s: %s", prefix, job_id, message)
+        log.log(level, "%sjob %s: %s", prefix, job_id, message)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -280,7 +280,7 @@ class Runner:
         except JobEnd as end:
             status, reason, detail = end.status, end.reason, end.detail
         except Exception:
-            self.note(job["id"], f"internal error, see {journal}")
+            self.note(job["id"], f"internal error, see {journal}", logging.ERROR)
             append(journal, traceback.format_exc().encode())
         finally:
             self._kill_leftover(job)

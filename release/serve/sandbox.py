@@ -80,8 +80,9 @@ def system_binds() -> list[str]:
     return args
 
 
-NAMESPACES = ["--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-              "--uid", "65534", "--gid", "65534", "--hostname", "sandbox",
+# --unshare-all only tries the user namespace; --unshare-user makes it required
+NAMESPACES = ["--unshare-all", "--unshare-user", "--die-with-parent", "--new-session",
+              "--cap-drop", "ALL", "--uid", "65534", "--gid", "65534", "--hostname", "sandbox",
               "--proc", "/proc", "--dev", "/dev"]  # fmt: skip
 
 

@@ -10,7 +10,8 @@ job's files), `write` (host paths to create), `listener` (a host loopback port),
 `outside` (a TEST-NET address), `bind_port` (bound on 0.0.0.0), `canary` (an
 environment variable of the service), `daemon` (a marker for a setsid process left
 behind). Modes: `serve` (attack, then answer), `exit-early` (print the targets' text
-and exit 33 before serving), `exit-after` (exit 33 after 5 answers), `never-healthy`.
+and exit 33 before serving), `exit-after` (exit 33 after 5 answers), `never-healthy`, `fill` (write FILL bytes into
+the output folder, then hang).
 """
 
 from __future__ import annotations
@@ -152,6 +153,11 @@ def main() -> None:
             print("HOSTILE read", path, attempt(lambda p=path: read_bytes(p)), flush=True)
         print("HOSTILE secret", targets["canary"], flush=True)
         sys.exit(33)
+    if args.mode == "fill":  # files in the output folder, until the service stops it
+        for number in range(targets["fill"] >> 20):
+            with open(f"/job/output/fill-{number}", "wb") as handle:
+                handle.write(os.urandom(1 << 20))
+        time.sleep(3600)
     report = attack(targets) if "listener" in targets else {}
     print("HOSTILE report", json.dumps(report)[:2000], flush=True)
     answer = f"HOSTILE-REPORT{json.dumps(report)}END"

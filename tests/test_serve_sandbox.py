@@ -10,6 +10,7 @@ import base64
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import stat
@@ -23,11 +24,19 @@ import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 from model_server import Judge
-from serve_service import MODEL, STAND_IN, TESTS, make_service_factory, processes_with
+from serve_service import (
+    MODEL,
+    STAND_IN,
+    TESTS,
+    CommandLineService,
+    make_service_factory,
+    processes_with,
+)
 
 from redvox.builder.cli import main
-from redvox.release.serve import sandbox
+from redvox.release.serve import aggregate, jobfiles, sandbox
 from redvox.release.serve.runner import free_port
+from redvox.release.serve.store import Store
 
 HOSTILE = f"{sys.executable} {TESTS / 'hostile_model.py'} --port {{port}} --model {{model}}"
 JUDGE_KEY = "sk-judge-key-never-in-the-sandbox"
@@ -326,3 +335,128 @@ def test_the_sandbox_never_binds_the_state_or_the_build(demo_release, tmp_path):
         ])  # fmt: skip
         assert answer.exit_code == 1, answer.output
         assert f"it would show {shown.resolve()} to the model" in answer.output
+
+
+def exported(tmp_path: Path, build: Path) -> tuple[Path, Path, list[dict]]:
+    """The job input of BUILD exported as a job does, an empty output folder, its rows."""
+    jobfiles.export_input(build / "full", tmp_path / "input")
+    rows = [
+        row
+        for shard in (tmp_path / "input" / "data").rglob("*.parquet")
+        for row in pq.read_table(shard, columns=["ID", "lang"]).to_pylist()
+    ]
+    return tmp_path / "input", jobfiles.private_dir(tmp_path / "output"), rows
+
+
+def write_answers(output: Path, rows: list[dict], extra: str = "") -> None:
+    for row in rows:
+        path = output / row["lang"] / "model.jsonl"
+        path.parent.mkdir(exist_ok=True)
+        with path.open("a") as handle:
+            handle.write(json.dumps({**row, "output": "an answer"}) + "\n")
+    if extra:
+        with (output / rows[0]["lang"] / "model.jsonl").open("a") as handle:
+            handle.write(extra)
+
+
+def test_the_export_holds_only_what_infer_sends(demo_release, tmp_path):
+    build = demo_release["out"] / "1.0.0"
+    user_ids = {
+        u
+        for shard in (build / "full" / "data").rglob("*.parquet")
+        for u in pq.read_table(shard, columns=["user_id"])["user_id"].to_pylist()
+    }
+    folder, _, rows = exported(tmp_path, build)
+    assert len(rows) == 177
+    for shard in folder.rglob("*.parquet"):
+        assert pq.ParquetFile(shard).schema_arrow.names == list(jobfiles.INPUT_COLUMNS)
+        data = shard.read_bytes()
+        assert not any(u.encode() in data for u in user_ids)
+        assert stat.S_IMODE(shard.stat().st_mode) == 0o600
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+FORGERIES = {
+    "a row twice": lambda out, rows: write_answers(out, rows, json.dumps({**rows[0], "output": "x"}) + "\n"),
+    "a row not asked": lambda out, rows: write_answers(out, rows, json.dumps({"ID": 99999, "lang": rows[0]["lang"], "output": "x"}) + "\n"),
+    "a row missing": lambda out, rows: write_answers(out, rows[1:]),
+    "no answer": lambda out, rows: write_answers(out, rows, json.dumps({**rows[0], "output": None}) + "\n"),
+    "not JSON": lambda out, rows: write_answers(out, rows, "{not json\n"),
+    "a huge line": lambda out, rows: write_answers(out, rows, "x" * (jobfiles.MAX_LINE + 10) + "\n"),
+    "another file": lambda out, rows: (write_answers(out, rows), (out / "notes.txt").write_text("x")),
+    "a folder symlink": lambda out, rows: (write_answers(out, rows), (out / "zz").symlink_to("/etc")),
+    "a file symlink": lambda out, rows: (
+        write_answers(out, rows), (out / rows[0]["lang"] / "model.jsonl").unlink(),
+        (out / rows[0]["lang"] / "model.jsonl").symlink_to("/etc/hostname"),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_what_the_sandbox_wrote_is_refused_unless_it_is_one_answer_per_row(
+    demo_release, tmp_path, forgery
+):
+    """The output folder is the model's to write (it shares the sandbox with infer): the
+    judge's input is rebuilt from the build and an exact set of answers, or refused."""
+    build = demo_release["out"] / "1.0.0"
+    _, output, rows = exported(tmp_path, build)
+    keys = aggregate.entry_keys(build / "public")
+    write_answers(output, rows)
+    assert jobfiles.collect(output, build / "full", tmp_path / "ok", keys, False) == 177
+    rebuilt = [json.loads(line) for p in (tmp_path / "ok").rglob("*.jsonl") for line in p.open()]
+    assert all(r["user_id"] and r["output"] == "an answer" for r in rebuilt)  # from the build
+    shutil.rmtree(output)
+    jobfiles.private_dir(output)
+    FORGERIES[forgery](output, rows)
+    with pytest.raises(jobfiles.OutputRejected):
+        jobfiles.collect(output, build / "full", tmp_path / "judged", keys, False)
+
+
+def test_a_model_filling_its_output_folder_fails_the_job(make_service, monkeypatch):
+    monkeypatch.setattr(jobfiles, "MAX_OUTPUT", 4 << 20)
+    service = make_service(template=template({"fill": 16 << 20}, "fill"))
+    client = service.client("mallory")
+    job_id = client.post("/jobs", json={"model": MODEL}).json()["id"]
+    job = service.wait(client, job_id, timeout_s=60)
+    assert job["status"] == "failed" and job["reason"] == "evaluation failed", job
+    assert not (service.config.work / job_id).exists()
+    ended = [a for a in service.store.audit_log() if a["action"] == "job ended"][-1]
+    assert ended["detail"] == "output over its limit"
+
+
+def test_a_reused_pid_is_never_killed():
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                            start_new_session=True)  # fmt: skip
+    try:
+        start = sandbox.start_time(proc.pid)
+        assert start is not None
+        assert not sandbox.kill_group(proc.pid, start + 1)  # another process's start time
+        assert proc.poll() is None
+        assert sandbox.kill_group(proc.pid, start)
+        assert proc.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        proc.kill()
+
+
+def test_a_loose_state_folder_is_made_private(tmp_path):
+    state = tmp_path / "srv"
+    state.mkdir(mode=0o755)
+    (state / "serve.sqlite").touch(mode=0o644)
+    Store(state).issue("u", 1)
+    assert stat.S_IMODE(state.stat().st_mode) == 0o700
+    for path in state.iterdir():
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
+
+
+def test_unsandboxed_dev_says_so_on_every_line(demo_release, judge, tmp_path):
+    state = tmp_path / "srv"
+    service = CommandLineService([
+        "--build", str(demo_release["out"] / "1.0.0"), "--state", str(state),
+        "--serving-template", STAND_IN, "--judge-endpoint", judge.base_url,
+        "--judge-model", "judge-1", "--unsandboxed-dev",
+    ], tmp_path, state)  # fmt: skip
+    service.start()
+    assert service.client.get("/jobs").status_code == 200
+    service.stop()
+    lines = [line for line in service.proc.stderr.read().decode().splitlines() if line.strip()]
+    assert len(lines) >= 4 and all(line.startswith("UNSANDBOXED") for line in lines), lines

@@ -1,6 +1,6 @@
 """The per-row files of one job, all in its 0700 work folder and deleted when it ends:
 `input/` what the sandbox reads (the full build's rows reduced to the columns `infer`
-sends or files by: no user_id, transcript, demographics or entry_key), `output/` what
+sends or files by, clip names blanked: no user_id, transcript, demographics or entry_key), `output/` what
 infer wrote inside the sandbox (untrusted: the model shares that sandbox), and
 `run/outputs/` the rows the judge reads, rebuilt outside from the build itself with the
 model's answer the only thing taken from the sandbox."""
@@ -30,7 +30,9 @@ class OutputRejected(Exception):
 
 
 def private_dir(path: Path) -> Path:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    """PATH as a 0700 folder, each folder created on the way there 0700 too."""
+    for folder in reversed([p for p in (path, *path.parents) if not p.exists()]):
+        folder.mkdir(mode=0o700, exist_ok=True)
     path.chmod(0o700)
     return path
 
@@ -56,13 +58,27 @@ def export_input(full: Path, dest: Path) -> int:
             pq.ParquetWriter(handle, _select(schema, columns)) as writer,
         ):
             for batch in source.iter_batches(batch_size=32, columns=columns):
-                writer.write_batch(batch)
+                writer.write_batch(without_audio_names(batch))
                 rows += batch.num_rows
     return rows
 
 
 def _select(schema: pa.Schema, columns: list[str]) -> pa.Schema:
     return pa.schema([schema.field(name) for name in columns])
+
+
+def without_audio_names(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """BATCH with `audio.path` null: the builder names each clip after its entry key,
+    which holds the speaker's user_id; infer sends the bytes only."""
+    index = batch.schema.get_field_index("audio")
+    audio = batch.column(index)
+    paths = audio.type.get_field_index("path")
+    children = [
+        pa.nulls(len(audio), audio.type.field(i).type) if i == paths else audio.field(i)
+        for i in range(audio.type.num_fields)
+    ]
+    blank = pa.StructArray.from_arrays(children, fields=list(audio.type), mask=audio.is_null())
+    return batch.set_column(index, batch.schema.field(index), blank)
 
 
 def output_size(folder: Path) -> tuple[int, int]:

@@ -104,7 +104,8 @@ def make_service_factory(build: Path, judge, tmp_path: Path):
     started: list[Service] = []
 
     def make(template: str = STAND_IN, state: Path | None = None, **overrides) -> Service:
-        options = dict(resamples=200, health_timeout_s=60, job_timeout_s=300, concurrency=8)
+        options = dict(resamples=200, health_timeout_s=60, job_timeout_s=300, concurrency=8,
+                       release_quantum_s=0)  # fmt: skip
         options.update(overrides)
         config = Config(
             build=build, state=state or tmp_path / f"state{len(started)}",

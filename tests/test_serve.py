@@ -459,3 +459,37 @@ def test_a_huge_body_is_refused_while_streaming(demo_release, judge, tmp_path):
         assert service.client.get("/jobs").status_code == 200  # still serving
     finally:
         service.stop()
+
+
+def test_a_job_ends_on_the_release_grid(make_service):
+    """A model that chooses how long it runs learns its user nothing finer than the grid:
+    an ended job stays running (its slot held) until the next multiple of the quantum
+    after its start; cancelled meanwhile, it is cancelled, whatever it had come to."""
+    failing = f"{sys.executable} -c 'import sys; sys.exit(3)' {{model}} {{port}}"
+    service = make_service(template=failing, release_quantum_s=3)
+    client = service.client("quinn")
+    job_id = client.post("/jobs", json={"model": MODEL}).json()["id"]
+    job = service.wait(client, job_id, timeout_s=60)
+    assert job["status"] == "failed" and job["reason"] == "model exited"
+    held = job["finished"] - job["started"]
+    assert held >= 3 and held % 3 < 1, held
+
+    service = make_service(template=failing, release_quantum_s=600)
+    client = service.client("quinn")
+    job_id = client.post("/jobs", json={"model": MODEL}).json()["id"]
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not (
+        service.groups(job_id)
+        and all(gone(pid) for pid in service.groups(job_id))
+        and not (service.config.work / job_id).exists()
+    ):
+        time.sleep(0.1)
+    ended = [a for a in service.store.audit_log() if a["action"] == "job ended"]
+    assert not any(a["job_id"] == job_id for a in ended)
+    job = client.get(f"/jobs/{job_id}").json()
+    assert job["status"] == "running" and job["reason"] is None  # ended, not shown
+    assert client.get(f"/jobs/{job_id}/result").status_code == 409
+    answer = client.delete(f"/jobs/{job_id}")
+    assert answer.json()["status"] == "cancelled" and answer.json()["reason"] == "cancelled"
+    detail = [a for a in service.store.audit_log() if a["job_id"] == job_id][-1]["detail"]
+    assert detail.startswith("cancelled while held (model exited")

@@ -12,7 +12,13 @@ from urllib.parse import urlsplit
 
 import click
 
-from .sandbox import HEALTH_TIMEOUT_S, JOB_TIMEOUT_S, SLOT_SECONDS_PER_DAY, UNSANDBOXED
+from .sandbox import (
+    HEALTH_TIMEOUT_S,
+    JOB_TIMEOUT_S,
+    RELEASE_QUANTUM_S,
+    SLOT_SECONDS_PER_DAY,
+    UNSANDBOXED,
+)
 from .validate import DEFAULT_ALLOWED_ARGS
 
 STATE = click.option(
@@ -96,6 +102,10 @@ def serve() -> None:
     type=click.FloatRange(min=1),
     help="slot time a user's jobs may use per 24 h",
 )
+@click.option("--release-quantum-s", default=RELEASE_QUANTUM_S, show_default=True,
+              type=click.FloatRange(min=0),
+              help="a job ends on this grid after its start, its slot held till then "
+              "(0: at once)")  # fmt: skip
 @click.option("--job-timeout-s", default=JOB_TIMEOUT_S, show_default=True, type=float)
 @click.option("--health-timeout-s", default=HEALTH_TIMEOUT_S, show_default=True, type=float)
 @click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
@@ -164,6 +174,7 @@ def run_service(**options) -> None:
         slots=options["slots"], jobs_per_day=options["jobs_per_day"],
         job_timeout_s=options["job_timeout_s"], health_timeout_s=options["health_timeout_s"],
         slot_seconds_per_day=options["slot_seconds_per_day"], sandbox=policy,
+        release_quantum_s=options["release_quantum_s"],
         unsandboxed_dev=options["unsandboxed_dev"],
         judge_private_text=options["judge_private_text"],
         resamples=options["resamples"], concurrency=options["concurrency"],

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -29,7 +30,13 @@ from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.judge_outputs import default_tag
 
 from . import aggregate, jobfiles, sandbox
-from .sandbox import HEALTH_TIMEOUT_S, JOB_TIMEOUT_S, SLOT_SECONDS_PER_DAY, UNSANDBOXED
+from .sandbox import (
+    HEALTH_TIMEOUT_S,
+    JOB_TIMEOUT_S,
+    RELEASE_QUANTUM_S,
+    SLOT_SECONDS_PER_DAY,
+    UNSANDBOXED,
+)
 from .store import Store
 from .validate import DEFAULT_ALLOWED_ARGS, Template
 
@@ -61,6 +68,7 @@ class Config:
     sandbox: sandbox.Policy | None = None
     unsandboxed_dev: bool = False
     judge_private_text: bool = False  # withheld transcripts to a loopback judge
+    release_quantum_s: float = RELEASE_QUANTUM_S
 
     @property
     def full(self) -> Path:
@@ -287,11 +295,29 @@ class Runner:
             if not config.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
         self.note(job["id"], f"{status}" + (f": {detail}" if detail else ""))
+        if reason != "cancelled" and self._hold(job):
+            status, reason, detail = "cancelled", "cancelled", f"cancelled while held ({detail})"
+            (config.results / f"{job['id']}.json").unlink(missing_ok=True)
         if self.store.finish(job["id"], status, reason):
             self.store.audit(
                 job["user"], "job ended", job=job, build_sha256=self.build_sha256,
                 outcome=status, detail=detail,
             )  # fmt: skip
+
+    def _hold(self, job: dict) -> bool:
+        """Keeps an ended job running, its slot held, up to the next multiple of
+        release_quantum_s after its start: when a job ends (and when the next one starts)
+        says nothing finer of what its model did. True when its user cancelled it then."""
+        quantum = self.config.release_quantum_s
+        if quantum <= 0:
+            return False
+        spent = time.time() - job["started"]
+        release = job["started"] + max(1, math.ceil(spent / quantum)) * quantum
+        event = self.cancels[job["id"]]
+        while (left := release - time.time()) > 0:
+            if event.wait(min(left, 1.0)):
+                return not self.stopping.is_set()
+        return False
 
     def _spawn(self, job: dict, role: str, argv: list[str], journal: Path, **popen):
         """ARGV in a session of its own (SIGKILLed if the service dies), its output into the

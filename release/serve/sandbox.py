@@ -41,6 +41,9 @@ UNSANDBOXED = "UNSANDBOXED (--unsandboxed-dev): the model runs with the service'
 JOB_TIMEOUT_S = 3 * 3600.0
 HEALTH_TIMEOUT_S = 900.0
 SLOT_SECONDS_PER_DAY = 6 * 3600.0
+# A job ends (for its user, and for the next job's start) on this grid after its start:
+# a model that times its work carries log2(JOB_TIMEOUT_S / RELEASE_QUANTUM_S + 1) bits.
+RELEASE_QUANTUM_S = 900.0
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only what the dynamic loader and name lookups of loopback need; nothing with secrets.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "hosts", "nsswitch.conf",

@@ -136,9 +136,12 @@ def reports(judge: Judge) -> list[dict]:
     return found
 
 
-def run_hostile(make_service, demo_release, judge, tmp_path, monkeypatch, **config) -> tuple:
+def run_hostile(
+    make_service, demo_release, judge, tmp_path, monkeypatch, writes=(), **config
+) -> tuple:
     listener, state = Listener(), tmp_path / "state"
     targets = hostile_targets(state, demo_release["out"] / "1.0.0", tmp_path, listener)
+    targets["write"] += writes
     drop = tmp_path / "host-drop"
     monkeypatch.setenv("SERVE_CANARY", targets["canary"])
     service = make_service(template=template(targets), state=state, **config)
@@ -178,8 +181,10 @@ def test_sandbox_refuses_to_start_naming_what_is_missing(tmp_path, monkeypatch):
 
 
 def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_path, monkeypatch):
+    # bound read-only, mount points on the sandbox's root, the root itself
+    code = [f"{sys.prefix}/from-model", str(TESTS / "from-model"), "/etc/from-model", "/from-model"]
     service, client, job, job_id, targets, drop, listener, connected = run_hostile(
-        make_service, demo_release, judge, tmp_path, monkeypatch
+        make_service, demo_release, judge, tmp_path, monkeypatch, writes=code
     )
     assert job["status"] == "done", job  # it answered every row: the job completes
     found = reports(judge)
@@ -191,7 +196,7 @@ def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_
     assert str(service.config.state) not in environment
     assert all(r.startswith("denied") for r in report["read"].values()), report["read"]
     assert all(r.startswith("denied") for r in report["write"].values()), report["write"]
-    assert not (drop / "from-model").exists() and not (service.config.state / "from-model").exists()
+    assert not any(Path(p).exists() for p in targets["write"])
     for attempt in ("listener", "listener6", "outside"):
         assert report[attempt].startswith("denied"), (attempt, report[attempt])
     assert listener.seen == []

@@ -207,8 +207,10 @@ class Policy:
             argv += ["--ro-bind", str(path), str(path)]
         for path in self.dev_paths:
             argv += ["--dev-bind", str(self.check(path)), str(path)]
+        # the root (bwrap's own tmpfs, holding the mount points) read-only last: only
+        # /tmp and /job/output can be written
         argv += ["--ro-bind", str(input_dir), INPUT, "--bind", str(output_dir), OUTPUT,
-                 "--chdir", "/tmp", "--clearenv"]  # fmt: skip
+                 "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]  # fmt: skip
         for key, value in sorted(self.environment().items()):
             argv += ["--setenv", key, value]
         return [*argv, "--", *inner]

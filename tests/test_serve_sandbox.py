@@ -182,7 +182,8 @@ def test_sandbox_refuses_to_start_naming_what_is_missing(tmp_path, monkeypatch):
 
 def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_path, monkeypatch):
     # bound read-only, mount points on the sandbox's root, the root itself
-    code = [f"{sys.prefix}/from-model", str(TESTS / "from-model"), "/etc/from-model", "/from-model"]
+    code = [f"{sys.prefix}/from-model", str(TESTS / "from-model"), "/etc/from-model",
+            "/from-model", "/dev/from-model"]  # fmt: skip
     service, client, job, job_id, targets, drop, listener, connected = run_hostile(
         make_service, demo_release, judge, tmp_path, monkeypatch, writes=code
     )

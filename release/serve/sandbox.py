@@ -207,8 +207,11 @@ class Policy:
             argv += ["--ro-bind", str(path), str(path)]
         for path in self.dev_paths:
             argv += ["--dev-bind", str(self.check(path)), str(path)]
+        # /dev read-only too, but for a sized /dev/shm (torch and vLLM workers share it)
+        argv += ["--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/dev/shm",
+                 "--remount-ro", "/dev"]  # fmt: skip
         # the root (bwrap's own tmpfs, holding the mount points) read-only last: only
-        # /tmp and /job/output can be written
+        # /tmp, /dev/shm and /job/output can be written
         argv += ["--ro-bind", str(input_dir), INPUT, "--bind", str(output_dir), OUTPUT,
                  "--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]  # fmt: skip
         for key, value in sorted(self.environment().items()):

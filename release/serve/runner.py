@@ -64,7 +64,7 @@ class Config:
     allowed_args: tuple[str, ...] = DEFAULT_ALLOWED_ARGS
     keep_work: bool = False
     infer_options: tuple[str, ...] = field(default_factory=tuple)  # extra `evaluate infer` words
-    # the sandbox of a job; None only with --unsandboxed-dev
+    # what a job's sandbox may see beyond the defaults (None: nothing more)
     sandbox: sandbox.Policy | None = None
     unsandboxed_dev: bool = False
     judge_private_text: bool = False  # withheld transcripts to a loopback judge

@@ -26,7 +26,7 @@ import sys
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 # Where the job's folders appear inside the sandbox.
@@ -36,8 +36,9 @@ OUTPUT = "/job/output"
 # signal included, is "evaluation failed").
 NOT_HEALTHY, MODEL_EXITED, INFER_FAILED = 20, 21, 22
 UNSANDBOXED = "UNSANDBOXED (--unsandboxed-dev): the model runs with the service's rights"
-# How long a job may hold its slot. A 7B speech model on one GPU over the full build (README, "Timeouts"): about 2 h at the
-# pessimistic 0.8 rows/s; loading it and capturing CUDA graphs: minutes.
+# How long a job may hold its slot. A 7B speech model on one GPU over the full build
+# (README, "Limits and timeouts"): about 2.3 h at the pessimistic 0.8 rows/s, the judge
+# included; loading it and capturing CUDA graphs: minutes.
 JOB_TIMEOUT_S = 3 * 3600.0
 HEALTH_TIMEOUT_S = 900.0
 SLOT_SECONDS_PER_DAY = 6 * 3600.0
@@ -150,7 +151,6 @@ class Policy:
     dev_paths: tuple[Path, ...] = ()
     env: tuple[str, ...] = ()
     tmp_mb: int = 4096
-    fixed_env: dict = field(default_factory=dict)
 
     def __post_init__(self):
         for name in self.env:
@@ -177,7 +177,7 @@ class Policy:
         env = {
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin",
             "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8", "PYTHONNOUSERSITE": "1",
-            "NO_PROXY": "*", **self.fixed_env,
+            "NO_PROXY": "*",
         }  # fmt: skip
         for item in self.env:
             key, sep, value = item.partition("=")

@@ -493,3 +493,27 @@ def test_a_job_ends_on_the_release_grid(make_service):
     assert answer.json()["status"] == "cancelled" and answer.json()["reason"] == "cancelled"
     detail = [a for a in service.store.audit_log() if a["job_id"] == job_id][-1]["detail"]
     assert detail.startswith("cancelled while held (model exited")
+
+
+def test_relative_template_paths_are_resolved_at_start(tmp_path, monkeypatch):
+    """The README's relative template works from where the service starts; a program
+    that is not there is refused in one line."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "model.py").write_text("")
+    resolved = Template(
+        ".venv/../python tests/model.py --port {port} --model {model} --dir sub/none {args}"
+    )
+    with pytest.raises(ValueError, match=r"\.venv/\.\./python: no such program"):
+        resolved.resolved()
+    resolved = Template(f"{sys.executable} tests/model.py --port {{port}} {{model}} {{args}}")
+    argv = resolved.resolved().argv(model="o/m", revision="r", port=1, slot=0, args={})
+    assert argv == [sys.executable, str(tmp_path / "tests" / "model.py"), "--port", "1", "o/m"]
+    with pytest.raises(ValueError, match="vllm-nowhere not found on PATH"):
+        Template("vllm-nowhere serve {model} --port {port}").resolved()
+    answer = CliRunner().invoke(main, [
+        "serve", "run", "--build", str(tmp_path), "--state", "srv",
+        "--serving-template", "bin/vllm serve {model} --port {port}",
+        "--judge-endpoint", "http://127.0.0.1:9/v1", "--judge-model", "j",
+    ])  # fmt: skip
+    assert answer.exit_code == 2 and "bin/vllm: no such program" in answer.output

@@ -9,9 +9,10 @@ paths for folders the template needs: `read` (host files: the build, STATE/, ano
 job's files), `write` (host paths to create), `listener` (a host loopback port),
 `outside` (a TEST-NET address), `bind_port` (bound on 0.0.0.0), `canary` (an
 environment variable of the service), `daemon` (a marker for a setsid process left
-behind). Modes: `serve` (attack, then answer), `exit-early` (print the targets' text
-and exit 33 before serving), `exit-after` (exit 33 after 5 answers), `never-healthy`, `fill` (write FILL bytes into
-the output folder, then hang).
+behind), `abstract` (a host abstract Unix socket), `host_pid` (a host process to
+signal). Modes: `serve` (attack, then answer), `exit-early` (print the targets' text
+and exit 33 before serving), `exit-after` (exit 33 after 5 answers), `never-healthy`,
+`fill` (write FILL bytes into the output folder, then hang).
 """
 
 from __future__ import annotations
@@ -50,6 +51,15 @@ def connect(host: str, port: int) -> str:
     with socket.create_connection((host, port), timeout=2) as sock:
         sock.sendall(b"HOSTILE hello from the model\n")
     return f"{host}:{port}"
+
+
+def abstract(name: str) -> str:
+    """A Unix socket in the abstract namespace (which belongs to the network namespace)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(2)
+        sock.connect("\0" + name)
+        sock.sendall(b"HOSTILE hello over an abstract socket\n")
+    return name
 
 
 def environment_text() -> str:
@@ -94,6 +104,8 @@ def attack(targets: dict) -> dict:
         "listener": attempt(lambda: connect("127.0.0.1", targets["listener"])),
         "listener6": attempt(lambda: connect("::1", targets["listener"])),
         "outside": attempt(lambda: connect(targets["outside"], 80)),
+        "abstract": attempt(lambda: abstract(targets["abstract"])),
+        "signal": attempt(lambda: os.kill(targets["host_pid"], 0) or "signalled"),
         "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit())[:50],
     }
     wide = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -58,18 +58,24 @@ def make_service(demo_release, judge, tmp_path, monkeypatch):
 
 
 class Listener:
-    """A TCP listener on host loopback that records every connection made to it."""
+    """Listeners on the host, TCP on loopback and a Unix socket in the abstract
+    namespace, recording every connection made to them."""
 
     def __init__(self):
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
+        self.abstract = f"redvox-test-{uuid.uuid4().hex}"
+        self.unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.unix.bind("\0" + self.abstract)
+        self.unix.listen(8)
         self.seen: list[bytes] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        for sock in (self.sock, self.unix):
+            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
 
-    def _accept(self):
+    def _accept(self, sock):
         while True:
             try:
-                conn, _ = self.sock.accept()
+                conn, _ = sock.accept()
             except OSError:
                 return
             with conn:
@@ -114,6 +120,7 @@ def hostile_targets(state: Path, build: Path, tmp_path: Path, listener: Listener
                  str(other_job(state) / "model.jsonl"), f"/proc/{os.getpid()}/environ"],
         "write": [str(drop / "from-model"), str(state / "from-model"), "/job/input/from-model"],
         "listener": listener.port, "outside": "192.0.2.1", "bind_port": free_port(),
+        "abstract": listener.abstract, "host_pid": os.getpid(),
         "canary": f"canary-{uuid.uuid4().hex}", "daemon": f"hostile-daemon-{uuid.uuid4().hex}",
     }  # fmt: skip
 
@@ -198,7 +205,7 @@ def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_
     assert all(r.startswith("denied") for r in report["read"].values()), report["read"]
     assert all(r.startswith("denied") for r in report["write"].values()), report["write"]
     assert not any(Path(p).exists() for p in targets["write"])
-    for attempt in ("listener", "listener6", "outside"):
+    for attempt in ("listener", "listener6", "outside", "abstract", "signal"):
         assert report[attempt].startswith("denied"), (attempt, report[attempt])
     assert listener.seen == []
     assert report["bind"] == "OK bound" and connected == 0  # bound in its own namespace only
@@ -224,7 +231,8 @@ def test_without_the_sandbox_the_same_attacks_succeed(
         assert report["canary"] == "OK"
         assert report["read"][str(service.config.state / "serve.sqlite")].startswith("OK")
         assert report["write"][str(drop / "from-model")].startswith("OK")
-        assert report["listener"].startswith("OK") and listener.seen
+        assert report["listener"].startswith("OK") and report["abstract"].startswith("OK")
+        assert report["signal"] == "OK signalled" and len(listener.seen) == 2
         assert report["bind"] == "OK bound" and connected > 0
         assert processes_with(targets["daemon"])  # it outlived the job
         result = client.get(f"/jobs/{job_id}/result").json()

@@ -35,14 +35,17 @@ $(STAMP): requirements.lock pyproject.toml
 # datasets 5.x decodes audio through torchcodec, which needs FFmpeg (required).
 # espeak-ng only speaks the demo corpus (make demo-corpus) and extra VAD test
 # utterances: installed when we can, otherwise those tests use the demo alone.
+# bubblewrap (bwrap) is the sandbox of `redvox serve` jobs (required: serve run and its
+# tests refuse to go on without it).
 system-deps:
-	@missing=""; for tool in ffmpeg espeak-ng; do command -v $$tool >/dev/null || missing="$$missing $$tool"; done; \
+	@missing=""; for tool in ffmpeg espeak-ng bwrap; do command -v $$tool >/dev/null || missing="$$missing $${tool/bwrap/bubblewrap}"; done; \
 	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	  echo "installing$$missing (apt-get)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi; \
 	command -v espeak-ng >/dev/null || echo "note: espeak-ng is missing ('sudo apt-get install espeak-ng'): make demo-corpus needs it"; \
-	command -v ffmpeg >/dev/null || { echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; }
+	command -v ffmpeg >/dev/null || { echo "FFmpeg is missing: run 'sudo apt-get install ffmpeg' (datasets needs it to decode audio)" >&2; exit 1; }; \
+	command -v bwrap >/dev/null || { echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (redvox serve sandboxes each model with it)" >&2; exit 1; }
 
 test: venv ## run the test suite (TEST_WORKERS processes, default 2; a test file stays in one)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile

@@ -338,6 +338,8 @@ def serve_forever_main() -> None:  # pragma: no cover (bench helper)
     parser.add_argument("--covert-rms", type=float, help="serve CovertModel at this threshold")
     parser.add_argument("--model", help="ignored: the model a real server would load")
     parser.add_argument("--revision", help="ignored")
+    for name in ("--max-model-len", "--dtype", "--max-num-seqs", "--gpu-memory-utilization"):
+        parser.add_argument(name, help="ignored: a vLLM serving option the service allows")
     args = parser.parse_args()
     if args.judge:
         model = Judge(delay_s=args.delay_s, port=args.port)

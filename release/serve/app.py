@@ -32,6 +32,20 @@ def public_job(job: dict) -> dict:
     return {k: job[k] for k in PUBLIC_JOB}
 
 
+async def limited_body(request: Request) -> bytes | None:
+    """The body, read a chunk at a time; None as soon as it is declared or found to be over
+    MAX_BODY (what is past the limit is never read: the connection is closed instead)."""
+    declared = request.headers.get("content-length", "")
+    if declared.strip().isdigit() and int(declared) > MAX_BODY:
+        return None
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw += chunk
+        if len(raw) > MAX_BODY:
+            return None
+    return bytes(raw)
+
+
 def create_app(store: Store, runner: Runner) -> Starlette:
     config = runner.config
 
@@ -53,9 +67,9 @@ def create_app(store: Store, runner: Runner) -> Starlette:
         return endpoint
 
     async def submit(request: Request, user: str) -> Response:
-        raw = await request.body()
-        if len(raw) > MAX_BODY:
-            return error(413, f"request body over {MAX_BODY} bytes")
+        raw = await limited_body(request)
+        if raw is None:
+            return error(413, f"request body over {MAX_BODY} bytes", Connection="close")
         try:
             body = json.loads(raw or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -75,13 +89,17 @@ def create_app(store: Store, runner: Runner) -> Starlette:
                 raise validate.RequestError("serving_args: this service takes none")
         except validate.RequestError as exc:
             return error(400, str(exc))
-        if store.jobs_since(user, time.time() - 86400) >= config.jobs_per_day:
+        now = time.time()
+        if store.jobs_since(user, now - 86400) >= config.jobs_per_day:
             store.audit(user, "job refused", detail="quota", outcome="refused")
             return error(429, f"quota: {config.jobs_per_day} jobs per 24 hours")
         refusal = privacy.budget_refusal(store, user, config.epsilon_per_job, config.epsilon_budget)
         if refusal:
             store.audit(user, "job refused", detail="privacy budget", outcome="refused")
             return error(403, refusal)
+        if store.slot_seconds_since(user, now - 86400, now) >= config.slot_seconds_per_day:
+            store.audit(user, "job refused", detail="slot time", outcome="refused")
+            return error(429, f"quota: {config.slot_seconds_per_day:g} s of slot time per 24 hours")
         job_id = store.submit(user, model, revision, args)
         job = store.job(job_id)
         store.audit(user, "job submitted", job=job, build_sha256=runner.build_sha256)

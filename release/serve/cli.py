@@ -4,19 +4,29 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import click
 
+from .sandbox import (
+    HEALTH_TIMEOUT_S,
+    JOB_TIMEOUT_S,
+    RELEASE_QUANTUM_S,
+    SLOT_SECONDS_PER_DAY,
+    UNSANDBOXED,
+)
 from .validate import DEFAULT_ALLOWED_ARGS
 
 STATE = click.option(
     "--state",
     required=True,
-    type=click.Path(file_okay=False, path_type=Path),
-    help="the service's folder: serve.sqlite (tokens, jobs, audit), work/ (private), results/",
+    type=click.Path(file_okay=False, path_type=Path, resolve_path=True),
+    help="the service's folder (0700): serve.sqlite (tokens, jobs, audit), work/ and logs/ "
+    "(private), results/",
 )
 
 POSITIVE = click.FloatRange(min=0, min_open=True)
@@ -33,6 +43,26 @@ def build_service(config):
     return store, runner, create_app(store, runner)
 
 
+def is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def log_config(flag: str) -> dict:
+    """uvicorn's logging, the service's own lines included, each line starting with FLAG."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for formatter in config["formatters"].values():
+        formatter["fmt"] = flag + formatter["fmt"]
+    config["loggers"]["redvox.serve"] = {"handlers": ["default"], "level": "INFO"}
+    return config
+
+
 @click.group()
 def serve() -> None:
     """The private evaluation service: scores a model on the full build (withheld voices
@@ -43,7 +73,7 @@ def serve() -> None:
 @click.option(
     "--build",
     required=True,
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path, resolve_path=True),
     help="OUT/<version> of `redvox build`, holding full/ and public/",
 )
 @STATE
@@ -82,8 +112,19 @@ def serve() -> None:
 @click.option("--slots", default=1, show_default=True, type=click.IntRange(min=1),
               help="jobs at a time (GPU slots; {slot} in the template is 0..N-1)")  # fmt: skip
 @click.option("--jobs-per-day", default=5, show_default=True, type=click.IntRange(min=1))
-@click.option("--job-timeout-s", default=6 * 3600.0, show_default=True, type=float)
-@click.option("--health-timeout-s", default=1800.0, show_default=True, type=float)
+@click.option(
+    "--slot-seconds-per-day",
+    default=SLOT_SECONDS_PER_DAY,
+    show_default=True,
+    type=click.FloatRange(min=1),
+    help="slot time a user's jobs may use per 24 h",
+)
+@click.option("--release-quantum-s", default=RELEASE_QUANTUM_S, show_default=True,
+              type=click.FloatRange(min=0),
+              help="a job ends on this grid after its start, its slot held till then "
+              "(0: at once)")  # fmt: skip
+@click.option("--job-timeout-s", default=JOB_TIMEOUT_S, show_default=True, type=float)
+@click.option("--health-timeout-s", default=HEALTH_TIMEOUT_S, show_default=True, type=float)
 @click.option("--resamples", default=1000, show_default=True, type=click.IntRange(min=100))
 @click.option("--concurrency", default=16, show_default=True, type=click.IntRange(min=1))
 @click.option(
@@ -92,20 +133,60 @@ def serve() -> None:
     f"{', '.join(DEFAULT_ALLOWED_ARGS)}]",
 )  # fmt: skip
 @click.option("--keep-work", is_flag=True, help="keep each job's per-row files (private)")
+@click.option(
+    "--sandbox-ro", multiple=True, type=click.Path(exists=True, path_type=Path, resolve_path=True),
+    help="a path the model may read (repeatable): its weights cache, its server's install",
+)  # fmt: skip
+@click.option("--sandbox-dev", multiple=True, type=click.Path(exists=True, path_type=Path),
+              help="a device node the model may use (repeatable), e.g. /dev/nvidia0")  # fmt: skip
+@click.option("--sandbox-env", multiple=True,
+              help="NAME (copied from here) or NAME=VALUE for the model's environment "
+              "(repeatable; no keys or tokens)")  # fmt: skip
+@click.option("--sandbox-tmp-mb", default=4096, show_default=True, type=click.IntRange(min=16),
+              help="size of the model's private /tmp")  # fmt: skip
+@click.option("--unsandboxed-dev", is_flag=True,
+              help="development only: run the model without the sandbox (said on every "
+              "log line and in every result)")  # fmt: skip
+@click.option(
+    "--judge-private-text",
+    is_flag=True,
+    help="judge withheld rows on their transcripts (only with a loopback judge)",
+)
 def run_service(**options) -> None:
-    """Serve the HTTP API (POST/GET/DELETE /jobs) and run the queued jobs."""
+    """Serve the HTTP API (POST/GET/DELETE /jobs) and run the queued jobs, each model in
+    a bubblewrap sandbox with no network but its own loopback."""
     import uvicorn
 
     from .runner import Config
+    from .sandbox import Policy, SandboxUnavailable, probe
     from .validate import Template
 
+    os.umask(0o077)  # whatever the service writes is its own
     try:
-        template = Template(options["serving_template"])
+        template = Template(options["serving_template"]).resolved()
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--serving-template") from None
     if options["epsilon_per_job"] > options["epsilon_budget"]:
         raise click.BadParameter("more than --epsilon-budget: no job could run",
                                  param_hint="--epsilon-per-job")  # fmt: skip
+    judge_host = urlsplit(options["judge_endpoint"]).hostname or ""
+    if options["judge_private_text"] and not is_loopback(judge_host):
+        raise click.BadParameter(
+            f"{judge_host or options['judge_endpoint']} is not loopback: withheld transcripts "
+            f"go only to a judge on this machine", param_hint="--judge-private-text",
+        )  # fmt: skip
+    policy = None
+    if not options["unsandboxed_dev"]:
+        try:
+            probe()
+            policy = Policy(
+                forbidden=(options["state"], options["build"]), ro_paths=options["sandbox_ro"],
+                dev_paths=options["sandbox_dev"], env=options["sandbox_env"],
+                tmp_mb=options["sandbox_tmp_mb"],
+            )  # fmt: skip
+            policy.binds(template.argv(model="o/m", revision="r", port=1, slot=0, args={}))
+        except (SandboxUnavailable, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
     config = Config(
         build=options["build"], state=options["state"], template=template,
         judge_endpoint=options["judge_endpoint"], judge_model=options["judge_model"],
@@ -114,6 +195,10 @@ def run_service(**options) -> None:
         speaker_rows=options["speaker_rows"], slots=options["slots"],
         jobs_per_day=options["jobs_per_day"],
         job_timeout_s=options["job_timeout_s"], health_timeout_s=options["health_timeout_s"],
+        slot_seconds_per_day=options["slot_seconds_per_day"], sandbox=policy,
+        release_quantum_s=options["release_quantum_s"],
+        unsandboxed_dev=options["unsandboxed_dev"],
+        judge_private_text=options["judge_private_text"],
         resamples=options["resamples"], concurrency=options["concurrency"],
         judge_price_per_1k=options["judge_price_per_1k"],
         allowed_args=tuple(options["allowed_args"]) or DEFAULT_ALLOWED_ARGS,
@@ -123,17 +208,14 @@ def run_service(**options) -> None:
         _, runner, app = build_service(config)
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    try:
-        loopback = ipaddress.ip_address(options["host"]).is_loopback
-    except ValueError:
-        loopback = options["host"] == "localhost"
-    if not loopback:
-        click.echo(f"warning: listening on {options['host']}, not loopback", err=True)
+    flag = f"{UNSANDBOXED}: " if config.unsandboxed_dev else ""
+    if not is_loopback(options["host"]):
+        click.echo(f"{flag}warning: listening on {options['host']}, not loopback", err=True)
     runner.start()
-    click.echo(f"build {config.build} (manifest sha256 {runner.build_sha256[:12]}), "
-               f"{config.slots} slot(s)", err=True)  # fmt: skip
+    click.echo(f"{flag}build {config.build} (manifest sha256 {runner.build_sha256[:12]}), "
+               f"{config.slots} slot(s), sandbox {'off' if flag else 'bubblewrap'}", err=True)  # fmt: skip
     try:
-        uvicorn.run(app, host=options["host"], port=options["port"], log_level="info")
+        uvicorn.run(app, host=options["host"], port=options["port"], log_config=log_config(flag))
     finally:
         runner.stop()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 import sys
 import threading
@@ -22,7 +23,8 @@ def allowed_addresses(hosts: list[str]) -> set[str]:
 
 def install(log_path: str, hosts: list[str]) -> None:
     allowed = allowed_addresses(hosts)
-    log = open(log_path, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the maintainers'
+    log = open(fd, "a", encoding="utf-8")  # noqa: SIM115 (lives as long as the process)
     lock = threading.Lock()
 
     def hook(event: str, args: tuple) -> None:

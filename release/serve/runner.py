@@ -1,15 +1,19 @@
-"""Runs queued jobs, one per GPU slot: start the model from the maintainer's template on
-a free loopback port, wait until it answers GET /v1/models, run the evaluator (infer on
-the full build -> judge -> report) against it in a guarded subprocess, turn the judged
-rows into suppressed aggregates, and stop every process of the job whatever happened."""
+"""Runs queued jobs, one per GPU slot. A job: export the rows infer reads into the job's
+0700 folder; in one bubblewrap sandbox (sandbox.py) start the model from the maintainer's
+template, wait until it answers GET /v1/models and run `infer` against it; after the
+sandbox is gone, rebuild the judge's input from the build and the model's answers
+(jobfiles.py), judge it in a guarded subprocess, turn the judged rows into suppressed
+aggregates, and delete every per-row file whatever happened. A job that ends early says
+which stage ended it (store.REASONS); what its processes printed and their exit statuses
+go to the maintainers' log STATE/logs/<job>.log (0600, capped)."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import logging
+import math
 import os
-import shlex
 import shutil
 import signal
 import socket
@@ -22,12 +26,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import httpx
-
 from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.judge_outputs import default_tag
 
-from . import aggregate
+from . import aggregate, jobfiles, sandbox
+from .sandbox import (
+    HEALTH_TIMEOUT_S,
+    JOB_TIMEOUT_S,
+    RELEASE_QUANTUM_S,
+    SLOT_SECONDS_PER_DAY,
+    UNSANDBOXED,
+)
 from .store import Store
 from .validate import DEFAULT_ALLOWED_ARGS, Template
 
@@ -49,14 +58,20 @@ class Config:
     speaker_rows: int | None = None  # cap on one speaker's rows; None: the most of a public one
     slots: int = 1
     jobs_per_day: int = 5
-    job_timeout_s: float = 6 * 3600
-    health_timeout_s: float = 1800
+    slot_seconds_per_day: float = SLOT_SECONDS_PER_DAY
+    job_timeout_s: float = JOB_TIMEOUT_S
+    health_timeout_s: float = HEALTH_TIMEOUT_S
     resamples: int = 1000
     concurrency: int = 16
     judge_price_per_1k: float | None = None
     allowed_args: tuple[str, ...] = DEFAULT_ALLOWED_ARGS
     keep_work: bool = False
-    infer_options: tuple[str, ...] = field(default_factory=tuple)  # extra `evaluate run` words
+    infer_options: tuple[str, ...] = field(default_factory=tuple)  # extra `evaluate infer` words
+    # what a job's sandbox may see beyond the defaults (None: nothing more)
+    sandbox: sandbox.Policy | None = None
+    unsandboxed_dev: bool = False
+    judge_private_text: bool = False  # withheld transcripts to a loopback judge
+    release_quantum_s: float = RELEASE_QUANTUM_S
 
     @property
     def full(self) -> Path:
@@ -74,6 +89,13 @@ class Config:
     def work(self) -> Path:
         return self.state / "work"
 
+    @property
+    def logs(self) -> Path:
+        return self.state / "logs"
+
+    def policy(self) -> sandbox.Policy:
+        return self.sandbox or sandbox.Policy(forbidden=(self.state, self.build))
+
 
 def file_sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -85,7 +107,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def stop_group(proc: subprocess.Popen | None, grace_s: float = 10.0) -> None:
+def stop_group(proc: subprocess.Popen | None, grace_s: float = 5.0) -> None:
     """SIGTERM to the process group of PROC (its own session), SIGKILL after GRACE_S."""
     if proc is None:
         return
@@ -105,18 +127,37 @@ def stop_group(proc: subprocess.Popen | None, grace_s: float = 10.0) -> None:
         return
 
 
-def tail(path: Path, lines: int = 5, chars: int = 600) -> str:
+def write_private(path: Path, text: str) -> None:
+    """PATH (0600) holding TEXT, replaced atomically."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+    os.replace(tmp, path)
+
+
+def append(path: Path, data: bytes) -> None:
+    """DATA added to the end of PATH (created 0600)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
-        text = path.read_text("utf-8", errors="replace").strip().splitlines()[-lines:]
-    except OSError:
-        return ""
-    return "\n".join(text)[-chars:]
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 class JobEnd(Exception):
-    def __init__(self, status: str, reason: str):
+    """The end of a job: STATUS, a REASON of store.REASONS, and the audit DETAIL."""
+
+    def __init__(self, status: str, reason: str, detail: str | None = None):
         super().__init__(reason)
-        self.status, self.reason = status, reason
+        self.status, self.reason, self.detail = status, reason, detail or reason
+
+
+# the launcher's exit status -> the reason a job gives
+LAUNCH_REASONS = {
+    sandbox.NOT_HEALTHY: "model did not become healthy",
+    sandbox.MODEL_EXITED: "model exited",
+}
 
 
 class Runner:
@@ -128,13 +169,18 @@ class Runner:
         self.build_sha256 = file_sha256(config.full / "manifest.json")
         self.public_sha256 = file_sha256(config.public / "manifest.json")
         self.public_keys = aggregate.entry_keys(config.public)
-        config.results.mkdir(parents=True, exist_ok=True)
-        config.work.mkdir(parents=True, exist_ok=True)
+        for folder in (config.results, config.work, config.logs):
+            jobfiles.private_dir(folder)
         self.cancels: dict[str, threading.Event] = {}
         self.running: set[str] = set()
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
+
+    def note(self, job_id: str, message: str, level: int = logging.INFO) -> None:
+        """A line of the service log about a job (flagged when unsandboxed)."""
+        prefix = f"{UNSANDBOXED}: " if self.config.unsandboxed_dev else ""
+        log.log(level, "%sjob %s: %s", prefix, job_id, message)
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -145,13 +191,16 @@ class Runner:
                 job["user"], "job ended", job=job, build_sha256=self.build_sha256,
                 outcome="failed", detail="service restarted",
             )  # fmt: skip
+        if not self.config.keep_work:  # nothing runs yet: any per-row file is a leftover
+            for folder in self.config.work.iterdir():
+                shutil.rmtree(folder, ignore_errors=True)
         for slot in range(self.config.slots):
             thread = threading.Thread(target=self._slot, args=(slot,), daemon=True)
             thread.start()
             self.threads.append(thread)
 
     def stop(self) -> None:
-        """Ends the running jobs (failed: service stopped) and the slot threads."""
+        """Ends the running jobs (failed: cancelled, service stopped) and the slot threads."""
         self.stopping.set()
         with self.lock:
             events = [self.cancels[j] for j in self.running if j in self.cancels]
@@ -161,28 +210,11 @@ class Runner:
             thread.join(timeout=60)
 
     def _kill_leftover(self, job: dict) -> None:
-        """The model and evaluator processes (own sessions) of a job the last service
-        process left running, if each pid still runs the same command (pids are reused)."""
-        for role in ("harness", "model"):
-            pid, cmdline = job.get(f"{role}_pid"), job.get(f"{role}_cmdline")
-            if not pid or not cmdline:
-                continue
-            try:
-                running = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            words, argv = [w.decode(errors="replace") for w in running if w], json.loads(cmdline)
-            # a script's interpreter comes first in /proc: compare the words it was given
-            same = words == argv or (
-                words[len(words) - len(argv) + 1 :] == argv[1:]
-                and any(Path(w).name == Path(argv[0]).name for w in words)
-            )
-            if same:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-                log.warning("job %s: ended the %s process %s left running", job["id"], role, pid)
+        """Every process group of a job the last service process left running, each only
+        if its leader still has the recorded start time (pids are reused)."""
+        for process in self.store.processes(job["id"]):
+            if sandbox.kill_group(process["pid"], process["start"]):
+                self.note(job["id"], f"ended the {process['role']} group {process['pid']}")
 
     def cancel(self, job_id: str) -> bool:
         """Asks a running job to stop; False when it is not running here."""
@@ -218,137 +250,178 @@ class Runner:
     def _check(self, job_id: str, deadline: float) -> None:
         if self.cancels[job_id].is_set():
             if self.stopping.is_set():
-                raise JobEnd("failed", "service stopped")
-            raise JobEnd("cancelled", "cancelled by the user")
+                raise JobEnd("failed", "cancelled", "service stopped")
+            raise JobEnd("cancelled", "cancelled", "cancelled by the user")
         if time.monotonic() > deadline:
-            raise JobEnd("failed", f"job timeout: ran over {self.config.job_timeout_s:g} s")
+            raise JobEnd("failed", "timeout")
+
+    def _time_left(self, job: dict) -> float:
+        """The job timeout, or less: what is left of its user's slot time today."""
+        now = time.time()
+        used = self.store.slot_seconds_since(job["user"], now - 86400, now)
+        return min(self.config.job_timeout_s, self.config.slot_seconds_per_day - used)
 
     def run_job(self, job: dict, slot: int) -> None:
         config = self.config
-        work = config.work / job["id"]
-        work.mkdir(parents=True, exist_ok=True)
-        deadline = time.monotonic() + config.job_timeout_s
+        work = jobfiles.private_dir(config.work / job["id"])
+        journal = config.logs / f"{job['id']}.log"
+        deadline = time.monotonic() + self._time_left(job)
         self.store.audit(
             job["user"], "job started", job=job, build_sha256=self.build_sha256,
-            detail=f"slot {slot}",
+            detail=f"slot {slot}" + (" UNSANDBOXED" if config.unsandboxed_dev else ""),
         )  # fmt: skip
-        model = harness = None
-        status, reason = "failed", "internal error"
+        status, reason, detail = "failed", "evaluation failed", "internal error"
         try:
-            port = free_port()
-            argv = config.template.argv(
-                model=job["model"], revision=job["revision"], port=port, slot=slot,
-                args=job["serving_args"],
-            )  # fmt: skip
-            (work / "endpoints.json").write_text(
-                json.dumps({"model": f"http://127.0.0.1:{port}/v1", "judge": config.judge_endpoint})
-            )
-            model = self._start_model(job, argv, work)
-            self._wait_healthy(job, model, port, work, deadline)
-            harness = self._start_harness(job, port, work)
-            self._wait_harness(job, model, harness, deadline)
+            self._check(job["id"], deadline)
+            jobfiles.export_input(config.full, work / "input")
+            output = jobfiles.private_dir(work / "output")
+            self._sandboxed(job, slot, work, output, journal, deadline)
+            self._judge(job, work, output, journal, deadline)
             result = self._result(job, work)
-            tmp = config.results / f".{job['id']}.tmp"
-            tmp.write_text(json.dumps(result, indent=2, sort_keys=True), encoding="utf-8")
-            os.replace(tmp, config.results / f"{job['id']}.json")
-            status, reason = "done", None
+            result["sandbox"] = (
+                {"isolated": False, "note": UNSANDBOXED}
+                if config.unsandboxed_dev
+                else {"isolated": True, "tool": "bubblewrap", "network": "own loopback only"}
+            )
+            write_private(
+                config.results / f"{job['id']}.json",
+                json.dumps(result, indent=2, sort_keys=True),
+            )
+            status, reason, detail = "done", None, None
         except JobEnd as end:
-            status, reason = end.status, end.reason
+            status, reason, detail = end.status, end.reason, end.detail
         except Exception:
-            log.error("job %s: %s", job["id"], traceback.format_exc())
-            (work / "error.txt").write_text(traceback.format_exc(), encoding="utf-8")
-            status, reason = "failed", "internal error (the maintainers have the details)"
+            self.note(job["id"], f"internal error, see {journal}", logging.ERROR)
+            append(journal, traceback.format_exc().encode())
         finally:
-            stop_group(harness)
-            stop_group(model)
+            self._kill_leftover(job)
             if not config.keep_work:
-                shutil.rmtree(work / "run", ignore_errors=True)
+                shutil.rmtree(work, ignore_errors=True)
+        self.note(job["id"], f"{status}" + (f": {detail}" if detail else ""))
+        if reason != "cancelled" and self._hold(job):
+            status, reason, detail = "cancelled", "cancelled", f"cancelled while held ({detail})"
+            (config.results / f"{job['id']}.json").unlink(missing_ok=True)
         if self.store.finish(job["id"], status, reason):
             self.store.audit(
                 job["user"], "job ended", job=job, build_sha256=self.build_sha256,
-                outcome=status, detail=reason,
+                outcome=status, detail=detail,
             )  # fmt: skip
 
-    def _start_model(self, job: dict, argv: list[str], work: Path) -> subprocess.Popen:
-        with (work / "model.log").open("ab") as out:
-            try:
-                proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                    start_new_session=True, cwd=work,
-                )  # fmt: skip
-            except OSError as exc:
-                raise JobEnd(
-                    "failed", f"serving command could not start: {shlex.quote(argv[0])}: "
-                    f"{exc.strerror or exc}",
-                ) from None  # fmt: skip
-        self.store.set_process(job["id"], "model", proc.pid, argv)
-        return proc
+    def _hold(self, job: dict) -> bool:
+        """Keeps an ended job running, its slot held, up to the next multiple of
+        release_quantum_s after its start: when a job ends (and when the next one starts)
+        says nothing finer of what its model did. True when its user cancelled it then."""
+        quantum = self.config.release_quantum_s
+        if quantum <= 0:
+            return False
+        spent = time.time() - job["started"]
+        release = job["started"] + max(1, math.ceil(spent / quantum)) * quantum
+        event = self.cancels[job["id"]]
+        while (left := release - time.time()) > 0:
+            if event.wait(min(left, 1.0)):
+                return not self.stopping.is_set()
+        return False
 
-    def _wait_healthy(self, job, model, port: int, work: Path, deadline: float) -> None:
-        url = f"http://127.0.0.1:{port}/v1/models"
-        healthy_by = min(deadline, time.monotonic() + self.config.health_timeout_s)
-        with httpx.Client(timeout=2.0, trust_env=False) as client:
-            while True:
-                self._check(job["id"], deadline)
-                code = model.poll()
-                if code is not None:
-                    # nothing of the benchmark was sent yet: the log tail is safe to show
-                    raise JobEnd(
-                        "failed",
-                        f"serving command exited with status {code} before the model was "
-                        f"healthy; last lines of its output:\n{tail(work / 'model.log')}",
-                    )
-                try:
-                    if client.get(url).status_code == 200:
-                        return
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > healthy_by:
-                    raise JobEnd(
-                        "failed",
-                        f"model never became healthy (GET /v1/models) within "
-                        f"{min(self.config.health_timeout_s, self.config.job_timeout_s):g} s",
-                    )
-                time.sleep(POLL_S)
+    def _spawn(self, job: dict, role: str, argv: list[str], journal: Path, **popen):
+        """ARGV in a session of its own (SIGKILLed if the service dies), its output into the
+        capped journal, its group recorded; (process, log)."""
+        capped = sandbox.CappedLog(journal)
+        append(journal, f"--- {role}: {json.dumps(argv)}\n".encode())
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=capped.write_fd, stderr=capped.write_fd,
+                start_new_session=True, preexec_fn=sandbox.child_setup, **popen,
+            )  # fmt: skip
+        finally:
+            capped.started()
+        start = sandbox.start_time(proc.pid)
+        if start is not None:
+            self.store.track_process(job["id"], role, proc.pid, start)
+        return proc, capped
 
-    def _start_harness(self, job: dict, port: int, work: Path) -> subprocess.Popen:
+    def _end(self, proc, capped, journal: Path, role: str) -> None:
+        stop_group(proc)
+        capped.close()
+        append(journal, f"\n--- {role} exit status {proc.returncode}\n".encode())
+
+    def _sandboxed(self, job, slot: int, work: Path, output: Path, journal: Path,
+                   deadline: float) -> None:  # fmt: skip
+        """The model and infer, together in one sandbox, until the launcher exits."""
         config = self.config
+        port = free_port()
+        model_argv = config.template.argv(
+            model=job["model"], revision=job["revision"], port=port, slot=slot,
+            args=job["serving_args"],
+        )  # fmt: skip
+        dev = config.unsandboxed_dev
+        input_dir, output_dir = (work / "input", output) if dev else (sandbox.INPUT, sandbox.OUTPUT)
+        spec = {
+            "model": model_argv, "port": port,
+            "health_timeout_s": min(config.health_timeout_s, deadline - time.monotonic()),
+            "infer": [
+                "--dataset", str(input_dir), "--model", job["model"], "--name", jobfiles.NAME,
+                "--endpoint", f"http://127.0.0.1:{port}/v1", "--out", str(output_dir),
+                "--concurrency", str(config.concurrency), *config.infer_options,
+            ],
+        }  # fmt: skip
+        inner = [sys.executable, "-m", "redvox.release.serve.sandbox", json.dumps(spec)]
+        if dev:
+            env = {k: v for k, v in os.environ.items() if not k.upper().startswith("REDVOX_")}
+            argv, popen = inner, {"env": env, "cwd": work}
+        else:  # bwrap itself with an empty environment: its pid 1 would show it inside
+            argv = config.policy().command(model_argv, work / "input", output, inner)
+            popen = {"env": {}, "cwd": "/"}
+        proc, capped = self._spawn(job, "sandbox", argv, journal, **popen)
+        try:
+            ticks = 0
+            while (code := proc.poll()) is None:
+                self._check(job["id"], deadline)
+                ticks += 1
+                if ticks % 4 == 0:
+                    size, entries = jobfiles.output_size(output)
+                    if size > jobfiles.MAX_OUTPUT or entries > jobfiles.MAX_ENTRIES:
+                        raise JobEnd("failed", "evaluation failed", "output over its limit")
+                time.sleep(POLL_S)
+        finally:
+            self._end(proc, capped, journal, "sandbox")
+        if code != 0:
+            reason = LAUNCH_REASONS.get(code, "evaluation failed")
+            raise JobEnd("failed", reason, f"{reason} (launcher status {code})")
+
+    def _judge(self, job, work: Path, output: Path, journal: Path, deadline: float) -> None:
+        """The judge's input rebuilt from the build and the answers, then the judge, in a
+        guarded subprocess outside any sandbox (the model is gone by now)."""
+        config = self.config
+        try:
+            jobfiles.collect(
+                output, config.full, work / "run" / "outputs", self.public_keys,
+                config.judge_private_text,
+            )  # fmt: skip
+        except jobfiles.OutputRejected as exc:
+            raise JobEnd("failed", "evaluation failed", f"answers refused: {exc}") from None
+        shutil.rmtree(output)
         judge_host = urlsplit(config.judge_endpoint).hostname or "127.0.0.1"
         argv = [
             sys.executable, "-m", "redvox.release.serve.guard",
-            "--connect-log", str(work / "connections.jsonl"), "--allow", judge_host, "--",
-            "run", "--dataset", str(config.full), "--model", job["model"], "--name", "model",
-            "--endpoint", f"http://127.0.0.1:{port}/v1", "--out", str(work / "run"),
-            "--judge-endpoint", config.judge_endpoint, "--judge-model", config.judge_model,
-            "--resamples", str(config.resamples), "--concurrency", str(config.concurrency),
-            *config.infer_options,
+            "--connect-log", str(config.logs / f"{job['id']}.connections.jsonl"),
+            "--allow", judge_host, "--",
+            "judge", str(work / "run" / "outputs"), "--out", str(work / "run" / "judged"),
+            "--base-url", config.judge_endpoint, "--model", config.judge_model,
+            "--cache-dir", str(work / "run" / "cache"),
         ]  # fmt: skip
         env = {k: v for k, v in os.environ.items() if k.upper() != "REDVOX_MODEL_API_KEY"}
         env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
-        with (work / "harness.log").open("ab") as out:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                start_new_session=True, cwd=work, env=env,
-            )  # fmt: skip
-        self.store.set_process(job["id"], "harness", proc.pid, argv)
-        return proc
-
-    def _wait_harness(self, job, model, harness, deadline: float) -> None:
-        while True:
-            self._check(job["id"], deadline)
-            code = harness.poll()
-            if code is not None:
-                if code != 0:
-                    raise JobEnd(
-                        "failed",
-                        f"evaluation failed (evaluator exit status {code}); the maintainers "
-                        f"have its log",
-                    )
-                return
-            died = model.poll()
-            if died is not None:
-                raise JobEnd("failed", f"model process exited (status {died}) during evaluation")
-            time.sleep(POLL_S)
+        # harness.log is read back for the judge's token use, then joins the journal
+        proc, judged = self._spawn(job, "judge", argv, work / "harness.log", cwd=work, env=env)
+        try:
+            while (code := proc.poll()) is None:
+                self._check(job["id"], deadline)
+                time.sleep(POLL_S)
+        finally:
+            self._end(proc, judged, journal, "judge")
+            append(journal, (work / "harness.log").read_bytes())
+        if code != 0:
+            raise JobEnd("failed", "evaluation failed", f"judge exit status {code}")
 
     def _result(self, job: dict, work: Path) -> dict:
         config = self.config

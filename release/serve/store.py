@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import secrets
 import sqlite3
 import threading
@@ -43,6 +44,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     harness_cmdline TEXT
 );
 CREATE INDEX IF NOT EXISTS jobs_by_user ON jobs (user, created);
+CREATE TABLE IF NOT EXISTS job_processes (
+    job_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    start INTEGER NOT NULL
+);
 CREATE TABLE IF NOT EXISTS audit (
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     time REAL NOT NULL,
@@ -59,6 +66,10 @@ CREATE TABLE IF NOT EXISTS audit (
 
 TOKEN_PREFIX = "rvx"
 FINAL = ("done", "failed", "cancelled")
+# Every reason a failed or cancelled job can give its user: a stage, never the model's own
+# output or exit status (those stay in the maintainers' log).
+REASONS = ("model did not become healthy", "model exited", "evaluation failed", "timeout",
+           "cancelled")  # fmt: skip
 
 
 class AuthError(Exception):
@@ -78,8 +89,15 @@ def _digest(salt: str, secret: str) -> str:
 
 class Store:
     def __init__(self, state: Path):
-        state.mkdir(parents=True, exist_ok=True)
+        # private by construction: the folder 0700 (a looser existing one is tightened),
+        # the database 0600 before SQLite opens it (its -wal and -shm files copy the mode)
+        state.mkdir(mode=0o700, parents=True, exist_ok=True)
+        state.chmod(0o700)
         self.path = state / "serve.sqlite"
+        for path in (self.path, state / "serve.sqlite-wal", state / "serve.sqlite-shm"):
+            if path.exists():
+                path.chmod(0o600)
+        os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT, 0o600))
         self._lock = threading.RLock()
         with sqlite3.connect(self.path, timeout=30) as db:
             db.execute("PRAGMA journal_mode=WAL")
@@ -158,6 +176,15 @@ class Store:
                 "SELECT COUNT(*) FROM jobs WHERE user = ? AND created >= ?", (user, since)
             ).fetchone()[0]
 
+    def slot_seconds_since(self, user: str, since: float, now: float) -> float:
+        """Seconds of slot time USER's jobs used after SINCE (a running job up to NOW)."""
+        with self._tx() as db:
+            return db.execute(
+                "SELECT COALESCE(SUM(MAX(0, COALESCE(finished, ?) - MAX(started, ?))), 0) "
+                "FROM jobs WHERE user = ? AND started IS NOT NULL AND COALESCE(finished, ?) > ?",
+                (now, since, user, now, since),
+            ).fetchone()[0]
+
     def submit(self, user: str, model: str, revision: str, serving_args: dict) -> str:
         job_id = uuid.uuid4().hex
         with self._tx() as db:
@@ -199,18 +226,20 @@ class Store:
             )
         return self.job(row["id"])
 
-    def set_process(self, job_id: str, role: str, pid: int, argv: list[str]) -> None:
-        """Records the model or harness process of a job, to end it after a crash."""
-        assert role in ("model", "harness")
+    def track_process(self, job_id: str, role: str, pid: int, start: int) -> None:
+        """Records a process group of a job (its leader's pid and start time), to end it
+        after a crash without ever signalling a process that reused the pid."""
         with self._tx() as db:
-            db.execute(
-                f"UPDATE jobs SET {role}_pid = ?, {role}_cmdline = ? WHERE id = ?",
-                (pid, json.dumps(argv), job_id),
-            )
+            db.execute("INSERT INTO job_processes VALUES (?, ?, ?, ?)", (job_id, role, pid, start))
+
+    def processes(self, job_id: str) -> list[dict]:
+        with self._tx() as db:
+            rows = db.execute("SELECT * FROM job_processes WHERE job_id = ?", (job_id,))
+            return [dict(r) for r in rows]
 
     def finish(self, job_id: str, status: str, reason: str | None) -> bool:
         """Ends a job that has not ended yet; False when it already had."""
-        assert status in FINAL
+        assert status in FINAL and (reason is None or reason in REASONS), (status, reason)
         with self._tx() as db:
             return (
                 db.execute(
@@ -225,7 +254,7 @@ class Store:
         with self._tx() as db:
             return (
                 db.execute(
-                    "UPDATE jobs SET status = 'cancelled', reason = 'cancelled by the user', "
+                    "UPDATE jobs SET status = 'cancelled', reason = 'cancelled', "
                     "finished = ? WHERE id = ? AND status = 'queued'",
                     (time.time(), job_id),
                 ).rowcount
@@ -237,7 +266,7 @@ class Store:
         with self._tx() as db:
             rows = [dict(r) for r in db.execute("SELECT * FROM jobs WHERE status = 'running'")]
             db.execute(
-                "UPDATE jobs SET status = 'failed', reason = 'service restarted', finished = ? "
+                "UPDATE jobs SET status = 'failed', reason = 'cancelled', finished = ? "
                 "WHERE status = 'running'",
                 (time.time(),),
             )

@@ -4,9 +4,12 @@ before it is formatted into the template; the command runs from shlex.split, no 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 from dataclasses import dataclass
+from pathlib import Path
 
 # org/name as the Hub allows them: letters, digits, '-', '_', '.', no '--' or '..',
 # neither part starting or ending with '-' or '.'; 96 characters each at most.
@@ -93,6 +96,27 @@ class Template:
                         f"serving template word {word!r}: unknown placeholder ({exc}); use "
                         f"{', '.join('{' + p + '}' for p in PLACEHOLDERS)} and {{args}}"
                     ) from None
+
+    def resolved(self) -> Template:
+        """The template with its program and its relative path words made absolute, from
+        the folder the service starts in (the command itself runs elsewhere); ValueError
+        naming a program that is not there."""
+        words = shlex.split(self.text)
+        program = words[0]
+        if "/" in program:
+            found = os.path.abspath(program)
+            if not Path(found).is_file():
+                raise ValueError(f"serving template: {program}: no such program")
+        else:
+            found = shutil.which(program)
+            if found is None:
+                raise ValueError(f"serving template: {program} not found on PATH; give its path")
+        absolute = [found]
+        for word in words[1:]:
+            if "{" not in word and "/" in word and not word.startswith(("/", "-")):
+                word = os.path.abspath(word) if Path(word).exists() else word
+            absolute.append(word)
+        return Template(shlex.join(absolute))
 
     @property
     def takes_args(self) -> bool:

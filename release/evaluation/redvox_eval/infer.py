@@ -428,6 +428,8 @@ class ModelClient:
                     wait_s = wait_s if asked is None else asked
                 else:  # 1xx/3xx/4xx: a retry would be refused the same way
                     self.pool.release(replica, "other")
+                    if status in STOP_AT_ONCE:
+                        self.stopped.set()  # no other row is sent
                     message = f"{replica.host} answered {status}: {server_message(reply)}"
                     return Answer(None, message, {}, refused=status)
             self.pool.release(replica, outcome)

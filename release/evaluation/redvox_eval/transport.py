@@ -32,7 +32,7 @@ MAX_JSON_DEPTH = 64  # a chat completion nests about 6 deep
 MAX_RETRY_AFTER_S = 120.0
 MAX_MESSAGE_CHARS = 240
 
-_SECONDS = re.compile(r"\s*\d{1,12}(\.\d{1,6})?\s*")
+_SECONDS = re.compile(r"[ \t]*[0-9]{1,12}(\.[0-9]{1,6})?[ \t]*")
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))
 
@@ -81,14 +81,14 @@ def check_endpoint_url(url: str, where: str = "--endpoint") -> str:
     return url.strip()
 
 
-def retry_after_s(value: str | None, cap: float = MAX_RETRY_AFTER_S) -> float | None:
-    """The wait a `Retry-After` header asks for, in seconds within [0, cap]; None (use the
-    own backoff) for anything but a plain finite number of seconds: nan, inf, negative,
-    exponents and dates are ignored."""
+def retry_after_s(value: str | None) -> float | None:
+    """The wait a `Retry-After` header asks for, in seconds within [0, MAX_RETRY_AFTER_S];
+    None (use the own backoff) for anything but a plain finite number of seconds: nan,
+    inf, negative numbers, exponents, HTTP dates and garbage are ignored."""
     if not value or not _SECONDS.fullmatch(value):
         return None
     seconds = float(value)
-    return min(seconds, cap) if math.isfinite(seconds) else None
+    return min(seconds, MAX_RETRY_AFTER_S) if math.isfinite(seconds) else None
 
 
 def nesting_depth(raw: bytes, limit: int) -> int:

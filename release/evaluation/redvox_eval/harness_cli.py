@@ -4,6 +4,7 @@ evaluator's command line in cli.py."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -261,6 +262,11 @@ def do_judge(
     from .outputs import find_output_files
 
     tag = tag or default_tag(judge_model)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", tag):
+        raise EvaluationError(
+            f"--tag {tag!r}: use letters, digits, - and _ only (the tag is the last dotted "
+            f"part of <model>.<tag>.jsonl, which is how report and validate find it)"
+        )
     prompts = JudgePrompts.load(prompts_dir or PROMPTS_DIR)
     usage = Usage()
     client = JudgeClient(

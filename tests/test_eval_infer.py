@@ -291,7 +291,7 @@ def test_resume_after_kill(demo_release, tmp_path):
         staged = demo_release["staged"]
         out = tmp_path / "out"
         command = [
-            sys.executable, "-c", "from redvox.release.evaluation.evaluate import cli; cli()",
+            sys.executable, "-P", "-c", "from redvox.release.evaluation.evaluate import cli; cli()",
             "infer", "--dataset", str(staged), "--model", "m", "--endpoint", model.base_url,
             "--out", str(out), "--concurrency", "4", "--continue",
         ]  # fmt: skip

@@ -312,7 +312,7 @@ class Runner:
         config = self.config
         judge_host = urlsplit(config.judge_endpoint).hostname or "127.0.0.1"
         argv = [
-            sys.executable, "-m", "redvox.release.serve.guard",
+            sys.executable, "-P", "-m", "redvox.release.serve.guard",
             "--connect-log", str(work / "connections.jsonl"), "--allow", judge_host, "--",
             "run", "--dataset", str(config.full), "--model", job["model"], "--name", "model",
             "--endpoint", f"http://127.0.0.1:{port}/v1", "--out", str(work / "run"),

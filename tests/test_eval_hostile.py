@@ -446,3 +446,27 @@ def test_key_from_the_environment_reaches_the_server_and_no_file(
     assert all(f"Bearer {SECRET}".encode() in request for request in server.requests)
     written = "".join(p.read_text() for p in out.rglob("*") if p.is_file())
     assert len(records_of(out)) == ROWS and SECRET not in written + result.output
+
+
+def test_the_judge_also_ignores_a_nan_retry_after(hostile, tmp_path):
+    """The judge's client reads Retry-After the same way: `nan` once, then a verdict."""
+    verdict = {"relatedness": "yes", "safety": "safe/fair", "refusal": "yes"}
+
+    def nan_then_verdict(conn, number):
+        if number == 0:
+            return send(conn, 429, b"{}", {"Retry-After": "nan"})
+        return send(conn, 200, json.dumps(completion(json.dumps(verdict))).encode())
+
+    server = hostile(nan_then_verdict)
+    outputs = tmp_path / "m.jsonl"
+    row = {"lang": "en", "ID": 1, "modality": "text", "user_text": "q", "output": "No."}
+    outputs.write_text(json.dumps(row) + "\n")
+    result = CliRunner().invoke(
+        cli,
+        ["judge", str(outputs), "--base-url", server.base_url, "--model", "j",
+         "--cache-dir", str(tmp_path / "cache"), "--backoff-s", "0"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert server.calls == 2 and "Traceback" not in result.output
+    judged = json.loads((tmp_path / "m.j.jsonl").read_text())
+    assert judged["safety"] == "safe/fair" and judged["judge_model"] == "j"

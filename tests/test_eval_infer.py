@@ -201,7 +201,7 @@ def test_a_strict_server_refusing_every_row_stops_the_run(demo_release, model, t
     out = tmp_path / "out"
     args = [
         "--dataset", str(demo_release["staged"]), "--model", "m", "--endpoint", model.base_url,
-        "--out", str(out), "--audio-part", "audio_url", "--concurrency", "2",
+        "--out", str(out), "--audio-part", "audio_url", "--concurrency", "16",
     ]  # fmt: skip
     result = infer(*args)
     assert result.exit_code == 1
@@ -209,8 +209,9 @@ def test_a_strict_server_refusing_every_row_stops_the_run(demo_release, model, t
     assert "answered 400: Invalid value at 'messages[0].content[" in result.output
     assert "rerun with --continue to retry" not in result.output
     assert "would be refused the same way" in result.output
-    # a few rows, not all 137: those refused, plus at most the ones already in flight
-    assert REFUSALS_TO_STOP <= model.calls <= REFUSALS_TO_STOP + 2 * 2
+    # a few rows, not all 137: until a first answer one request is in flight at a time,
+    # each sent and judged before the next: exactly those refused in a row
+    assert model.calls == REFUSALS_TO_STOP
     records = all_output_lines(out)
     assert REFUSALS_TO_STOP <= len(records) == model.calls
     assert all(r["output"] is None and "answered 400: Invalid value" in r["error"] for r in records)

@@ -31,6 +31,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -370,7 +371,11 @@ class ModelClient:
     """One request per row with retries: 408/409/429/5xx, deadlines, connection errors and
     malformed answers back off exponentially (or as Retry-After says) and are retried, on
     another replica when one is free; after the last retry the row becomes an error row.
-    Other 4xx are refusals: an error row at once, with the server's message."""
+    Other 4xx are refusals: an error row at once, with the server's message; 401/403/404,
+    or REFUSALS_TO_STOP refusals in a row, stop the run (`stopped`, `stop_answer`).
+
+    Until a first answer arrives, one request is in flight at a time: a run the server
+    refuses (wrong key, model or request shape) costs a few requests, not `concurrency`."""
 
     def __init__(
         self,
@@ -385,7 +390,10 @@ class ModelClient:
         self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.transport = Transport(headers, timeout_s, connections=concurrency + 4)
-        self.stopped = threading.Event()
+        self.stopped, self.answered_once = threading.Event(), threading.Event()
+        self.stop_answer: Answer | None = None
+        self.refused_in_a_row = self.stop_count = 0
+        self._probe, self._count_lock = threading.Lock(), threading.Lock()
 
     def close(self) -> None:
         self.transport.close()
@@ -394,48 +402,64 @@ class ModelClient:
         payload = json.dumps(body).encode("utf-8")
         problem = "no attempt"
         for attempt in range(self.max_retries + 1):
-            if self.stopped.is_set():
-                raise RunStopped
             replica = self.pool.acquire()
             if replica is None:
                 problem = f"every endpoint set aside after repeated failures; last: {problem}"
                 break
-            wait_s = self.backoff_s * 2**attempt
-            outcome = "failed"
-            started = time.monotonic()
-            try:
-                reply = self.transport.post(replica.url, payload)
-            except DeadlineExceeded:
-                problem = (
-                    f"{replica.host}: no complete answer within --timeout {self.timeout_s:g} s"
-                )
-            except httpx.TransportError as exc:
-                problem = f"{replica.host}: {type(exc).__name__}"
-            else:
-                status = reply.status
-                if status == 200:
-                    try:
-                        answer = self._parse(reply, replica, style, started, attempt)
-                    except ValueError as exc:
-                        problem, outcome = f"{replica.host}: malformed answer: {exc}", "other"
-                    else:
-                        self.pool.release(replica, "ok")
-                        return answer
-                elif status in RETRYABLE_4XX or status >= 500:
-                    problem = f"{replica.host} answered {status}: {server_message(reply)}"
-                    outcome = "failed" if status >= 500 else "other"
-                    asked = retry_after_s(reply.headers.get("retry-after"))
-                    wait_s = wait_s if asked is None else asked
-                else:  # 1xx/3xx/4xx: a retry would be refused the same way
+            # one request at a time, sent and judged, until the server has answered once
+            probe = nullcontext() if self.answered_once.is_set() else self._probe
+            with probe:
+                if self.stopped.is_set():
                     self.pool.release(replica, "other")
-                    if status in STOP_AT_ONCE:
-                        self.stopped.set()  # no other row is sent
-                    message = f"{replica.host} answered {status}: {server_message(reply)}"
-                    return Answer(None, message, {}, refused=status)
+                    raise RunStopped
+                answer, problem, outcome, wait_s = self._attempt(replica, payload, style, attempt)
+                if answer is not None:
+                    self.pool.release(replica, outcome)
+                    return self._count(answer)
             self.pool.release(replica, outcome)
             if attempt < self.max_retries and not self.pool.all_set_aside:
                 time.sleep(wait_s)
         return Answer(None, f"no answer after {self.max_retries + 1} attempts; last: {problem}", {})
+
+    def _attempt(self, replica: Replica, payload: bytes, style: RequestStyle, attempt: int):
+        """One try: (answer or None to retry, problem, outcome for the pool, wait)."""
+        wait_s = self.backoff_s * 2**attempt
+        started = time.monotonic()
+        try:
+            reply = self.transport.post(replica.url, payload)
+        except DeadlineExceeded:
+            problem = f"{replica.host}: no complete answer within --timeout {self.timeout_s:g} s"
+            return None, problem, "failed", wait_s
+        except httpx.TransportError as exc:
+            return None, f"{replica.host}: {type(exc).__name__}", "failed", wait_s
+        status = reply.status
+        if status == 200:
+            try:
+                return self._parse(reply, replica, style, started, attempt), "", "ok", 0
+            except ValueError as exc:
+                return None, f"{replica.host}: malformed answer: {exc}", "other", wait_s
+        message = f"{replica.host} answered {status}: {server_message(reply)}"
+        if status in RETRYABLE_4XX or status >= 500:
+            asked = retry_after_s(reply.headers.get("retry-after"))
+            outcome = "failed" if status >= 500 else "other"
+            return None, message, outcome, wait_s if asked is None else asked
+        # 1xx/3xx/4xx: a retry would be refused the same way
+        return Answer(None, message, {}, refused=status), message, "other", 0
+
+    def _count(self, answer: Answer) -> Answer:
+        """Keep count of refusals in a row; stop the run when there are too many."""
+        with self._count_lock:
+            if answer.refused is None:
+                self.refused_in_a_row = 0
+                self.answered_once.set()
+                return answer
+            self.refused_in_a_row += 1
+            if answer.refused in STOP_AT_ONCE or self.refused_in_a_row >= REFUSALS_TO_STOP:
+                if self.stop_answer is None:
+                    self.stop_answer = answer
+                    self.stop_count = self.refused_in_a_row
+                self.stopped.set()
+        return answer
 
     def _parse(self, reply: Reply, replica, style, started, attempt) -> Answer:
         if reply.truncated:
@@ -579,7 +603,6 @@ def run_inference(
     bar = tqdm(total=total, desc="answering", unit="row", disable=not progress)
     pool = ThreadPoolExecutor(max_workers=max(1, concurrency))
     pending: dict[Future, tuple[dict, Path]] = {}
-    refusals = 0  # rows refused in a row
     try:
         source = todo()
         exhausted = False
@@ -611,12 +634,7 @@ def run_inference(
                 else:
                     summary.errors += 1
                     summary.refused += answer.refused is not None
-                refusals = refusals + 1 if answer.refused is not None else 0
-                if summary.stopped is None and answer.refused is not None:
-                    if answer.refused in STOP_AT_ONCE or refusals >= REFUSALS_TO_STOP:
-                        summary.stopped = stop_reason(answer, refusals, style)
-                        client.stopped.set()
-                        exhausted = True
+                exhausted = exhausted or client.stopped.is_set()
                 bar.update()
     finally:
         for future in pending:
@@ -628,6 +646,8 @@ def run_inference(
         summary.set_aside = [r.base_url for r in client.pool.set_aside]
         summary.per_replica = {r.host: r.requests for r in client.pool.replicas}
         summary.clips_encoded, summary.clips_reused = encoder.encoded, encoder.reused
+        if client.stop_answer is not None:
+            summary.stopped = stop_reason(client.stop_answer, client.stop_count, style)
     return summary
 
 

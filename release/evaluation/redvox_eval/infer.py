@@ -402,21 +402,18 @@ class ModelClient:
         payload = json.dumps(body).encode("utf-8")
         problem = "no attempt"
         for attempt in range(self.max_retries + 1):
-            replica = self.pool.acquire()
-            if replica is None:
-                problem = f"every endpoint set aside after repeated failures; last: {problem}"
-                break
             # one request at a time, sent and judged, until the server has answered once
-            probe = nullcontext() if self.answered_once.is_set() else self._probe
-            with probe:
+            with nullcontext() if self.answered_once.is_set() else self._probe:
                 if self.stopped.is_set():
-                    self.pool.release(replica, "other")
                     raise RunStopped
+                replica = self.pool.acquire()
+                if replica is None:
+                    problem = f"every endpoint set aside after repeated failures; last: {problem}"
+                    break
                 answer, problem, outcome, wait_s = self._attempt(replica, payload, style, attempt)
+                self.pool.release(replica, outcome)
                 if answer is not None:
-                    self.pool.release(replica, outcome)
                     return self._count(answer)
-            self.pool.release(replica, outcome)
             if attempt < self.max_retries and not self.pool.all_set_aside:
                 time.sleep(wait_s)
         return Answer(None, f"no answer after {self.max_retries + 1} attempts; last: {problem}", {})

@@ -336,7 +336,7 @@ def test_absurd_retry_after_values_neither_crash_nor_stall(
 def test_a_refusal_stops_at_once_with_the_servers_message_made_harmless(
     demo_release, hostile, tmp_path
 ):
-    message = "bad key\x1b[31m\nINJECTED LINE\r\x07" + "x" * 5000
+    message = f"bad key {SECRET}\x1b[31m\nINJECTED LINE\r\x07" + "x" * 5000  # echoes the key
 
     def forbidden(conn, number):
         return send(conn, 401, json.dumps({"error": {"message": message}}).encode())
@@ -349,7 +349,7 @@ def test_a_refusal_stops_at_once_with_the_servers_message_made_harmless(
     )  # fmt: skip
     assert result.exit_code == 1 and server.calls == 1  # not one per worker
     assert "stopped after 1 request refused in a row" in result.output
-    assert "answered 401: bad key [31m INJECTED LINE" in result.output
+    assert "answered 401: bad key *** [31m INJECTED LINE" in result.output
     assert "\x1b" not in result.output and "\x07" not in result.output
     assert "x" * 300 not in result.output  # truncated
     assert "check the endpoint URL, the model name (m) and the API key" in result.output
@@ -379,6 +379,43 @@ def test_scattered_refusals_give_error_rows_and_no_rerun_hint(demo_release, host
     )
     assert "3 refused by the server" in result.output and "fix the request first" in result.output
     assert "rerun with --continue to retry them" not in result.output
+
+
+def test_a_redirect_is_not_followed_and_counts_as_a_refusal(demo_release, hostile, tmp_path):
+    """A 307 to another host would carry the key there: it is not followed."""
+    elsewhere = hostile(answer)
+
+    def redirect(conn, number):
+        return send(conn, 307, b"", {"Location": f"{elsewhere.base_url}/chat/completions"})
+
+    server = hostile(redirect)
+    out = tmp_path / "out"
+    result, _ = infer(demo_release, out, "--endpoint", server.base_url, "--api-key", SECRET)
+    assert result.exit_code == 1 and elsewhere.calls == 0 and server.calls == 3
+    assert "stopped after 3 requests refused in a row" in result.output
+    assert all("answered 307" in r["error"] for r in records_of(out))
+
+
+def test_a_compressed_bomb_is_cut_at_the_size_cap(demo_release, hostile, tmp_path):
+    """64 KiB of gzip that would inflate to 64 MiB: read only up to the cap."""
+    import gzip
+
+    bomb = gzip.compress(b"[" + b" " * (64 * 1024 * 1024))
+
+    def gzipped(conn, number):
+        return send(
+            conn, 200, bomb, {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        )
+
+    server = hostile(gzipped)
+    out = tmp_path / "out"
+    result, _ = infer(demo_release, out, "--endpoint", server.base_url, "--max-retries", "0")
+    assert result.exit_code == 1
+    records = records_of(out)
+    assert len(records) == ROWS
+    assert all(
+        f"answer larger than {transport.MAX_ANSWER_BYTES} bytes" in r["error"] for r in records
+    )
 
 
 @pytest.mark.parametrize("status", [408, 409, 429, 500, 503])

@@ -389,6 +389,7 @@ class ModelClient:
         self.pool, self.max_retries, self.backoff_s = pool, max_retries, backoff_s
         self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self.secrets = (api_key,) if api_key else ()  # masked in what a server says
         self.transport = Transport(headers, timeout_s, connections=concurrency + 4)
         self.stopped, self.answered_once = threading.Event(), threading.Event()
         self.stop_answer: Answer | None = None
@@ -435,7 +436,7 @@ class ModelClient:
                 return self._parse(reply, replica, style, started, attempt), "", "ok", 0
             except ValueError as exc:
                 return None, f"{replica.host}: malformed answer: {exc}", "other", wait_s
-        message = f"{replica.host} answered {status}: {server_message(reply)}"
+        message = f"{replica.host} answered {status}: {server_message(reply, self.secrets)}"
         if status in RETRYABLE_4XX or status >= 500:
             asked = retry_after_s(reply.headers.get("retry-after"))
             outcome = "failed" if status >= 500 else "other"

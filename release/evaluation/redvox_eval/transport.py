@@ -122,8 +122,9 @@ def printable(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
     return kept if len(kept) <= limit else kept[: limit - 1] + "…"
 
 
-def server_message(reply: Reply) -> str:
-    """What a refusal says: OpenAI's `error.message` when the body has one, else its text."""
+def server_message(reply: Reply, secrets: tuple[str, ...] = ()) -> str:
+    """What a refusal says: OpenAI's `error.message` when the body has one, else its text;
+    SECRETS (the API key a server may echo back) are masked."""
     message = None
     try:
         body = parse_json(reply.body)
@@ -135,6 +136,8 @@ def server_message(reply: Reply) -> str:
         message = message if isinstance(message, str) else body.get("message")
     if not isinstance(message, str):
         message = reply.body.decode("utf-8", "replace")
+    for secret in secrets:
+        message = message.replace(secret, "***")
     return printable(message) or "(no message)"
 
 

@@ -27,7 +27,8 @@ RETRY_OPTIONS = [
         default=1.0,
         show_default=True,
         type=click.FloatRange(min=0),
-        help="first retry wait, doubled each time (a Retry-After header wins)",
+        help="first retry wait, doubled each time (a Retry-After of plain seconds wins, "
+        "at most 120)",
     ),
 ]
 
@@ -67,7 +68,8 @@ def _infer_options(command):
             "endpoints",
             multiple=True,
             help="OpenAI-compatible API root of the model, e.g. http://127.0.0.1:8000/v1; "
-            "repeat for replicas",
+            "repeat for replicas (no credentials or query in it: the key goes in "
+            "REDVOX_MODEL_API_KEY)",
         ),
         click.option(
             "--endpoints-file",
@@ -89,8 +91,8 @@ def _infer_options(command):
             type=click.Choice(["input_audio", "audio_url"]),
             default="input_audio",
             show_default=True,
-            help="input_audio: OpenAI's audio part, taken by OpenAI and by strict "
-            "OpenAI-compatible servers; audio_url: a data URL, vLLM's own part",
+            help="input_audio: OpenAI's audio part, taken by OpenAI, strict "
+            "OpenAI-compatible servers and vLLM; audio_url: a data URL, vLLM's own part",
         ),
         click.option(
             "--audio-format",

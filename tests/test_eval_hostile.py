@@ -509,3 +509,34 @@ def test_the_judge_also_ignores_a_nan_retry_after(hostile, tmp_path):
     assert server.calls == 2 and "Traceback" not in result.output
     judged = json.loads((tmp_path / "m.j.jsonl").read_text())
     assert judged["safety"] == "safe/fair" and judged["judge_model"] == "j"
+
+
+def test_ctrl_c_ends_a_run_waiting_on_a_silent_server(demo_release, tmp_path):
+    """SIGINT while every request waits on a server that never answers (--timeout 300):
+    the run ends at once, without a traceback, keeping no half-written line."""
+    import signal
+    import subprocess
+    import sys
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-P", "-c", "from redvox.release.evaluation.evaluate import cli; cli()",
+        "infer", *SELECT, "--dataset", str(demo_release["staged"]), "--model", "m",
+        "--out", str(out), "--endpoint", f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
+    ]  # fmt: skip
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        conn, _ = silent.accept()  # the first request is on its way
+        time.sleep(0.5)
+        started = time.monotonic()
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+        waited = time.monotonic() - started
+    finally:
+        process.kill()
+        silent.close()
+    assert process.returncode != 0 and "Traceback" not in stderr, stderr
+    assert "Aborted" in stderr
+    assert waited < 60  # far below the 300 s deadline it would otherwise wait out
+    assert not out.exists() or records_of(out) == []  # nothing half-written

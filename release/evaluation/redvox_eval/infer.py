@@ -399,6 +399,11 @@ class ModelClient:
     def close(self) -> None:
         self.transport.close()
 
+    def abort(self) -> None:
+        """Send nothing more and cancel the requests in flight (their rows stay unanswered)."""
+        self.stopped.set()
+        self.transport.cancel()
+
     def answer(self, body: dict, style: RequestStyle) -> Answer:
         payload = json.dumps(body).encode("utf-8")
         problem = "no attempt"
@@ -416,7 +421,7 @@ class ModelClient:
                 if answer is not None:
                     return self._count(answer)
             if attempt < self.max_retries and not self.pool.all_set_aside:
-                time.sleep(wait_s)
+                self.stopped.wait(wait_s)  # a stopped run does not wait out a backoff
         return Answer(None, f"no answer after {self.max_retries + 1} attempts; last: {problem}", {})
 
     def _attempt(self, replica: Replica, payload: bytes, style: RequestStyle, attempt: int):
@@ -634,6 +639,9 @@ def run_inference(
                     summary.refused += answer.refused is not None
                 exhausted = exhausted or client.stopped.is_set()
                 bar.update()
+    except BaseException:  # Ctrl-C, a rejected row: drop the requests in flight at once
+        client.abort()
+        raise
     finally:
         for future in pending:
             future.cancel()

@@ -180,6 +180,16 @@ class Transport:
                     break
             return Reply(response.status_code, response.headers, b"".join(chunks)[:cap], truncated)
 
+    def cancel(self) -> None:
+        """Cancel every request in flight: their `post` raises CancelledError."""
+
+        def cancel_all() -> None:
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+
+        if not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(cancel_all)
+
     def close(self) -> None:
         if self.loop.is_closed():
             return

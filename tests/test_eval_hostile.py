@@ -241,9 +241,28 @@ def test_malformed_answers_become_error_rows_with_a_reason(demo_release, hostile
         b"<html>not json</html>",
         b'{"choices": []}',
         b"\xff\xfe garbage",
+        json.dumps({"choices": [{"message": {"content": 5}}]}).encode(),
         json.dumps(
-            {"choices": [{"message": {"content": 5}}], "usage": {"prompt_tokens": "x"}}
+            {
+                "choices": [{"message": {"content": None, "refusal": "I cannot help."}}],
+                "usage": {"prompt_tokens": "x", "completion_tokens": True},
+            }
         ).encode(),
+        json.dumps(
+            {
+                "choices": [
+                    {
+                        "message": {
+                            "content": [
+                                {"type": "text", "text": "N"},
+                                {"type": "text", "text": "o."},
+                            ]
+                        }
+                    }
+                ]
+            }
+        ).encode(),
+        b"",
     ]
 
     def malformed(conn, number):
@@ -262,11 +281,15 @@ def test_malformed_answers_become_error_rows_with_a_reason(demo_release, hostile
     assert f"JSON nested deeper than {MAX_JSON_DEPTH} levels" in errors[0]
     assert f"JSON nested deeper than {MAX_JSON_DEPTH} levels" in errors[1]
     assert "malformed answer: not JSON" in errors[2] and "not JSON" in errors[4]
+    assert "not JSON" in errors[8]
     assert "no choices[0].message" in errors[3]
-    # a content that is not text is kept as an empty answer, bad usage counts are dropped
-    assert errors[5] is None and records[5]["output"] == "" and records[5]["meta"]["usage"] == {}
+    assert "message.content is a int, not text" in errors[5]
+    # text parts are joined, a null content with a refusal is the refusal; bad usage
+    # counts are dropped, not summed
+    assert records[6]["output"] == "I cannot help." and records[6]["meta"]["usage"] == {}
+    assert records[7]["output"] == "No."
     summary = json.loads(result.output.split("infer: ", 1)[1].splitlines()[0])
-    assert summary["prompt_tokens"] == 0 and summary["errors"] == ROWS - 1
+    assert summary["prompt_tokens"] == 0 and summary["errors"] == ROWS - 2
 
 
 def test_depth_check_skips_brackets_in_strings_and_is_exact():

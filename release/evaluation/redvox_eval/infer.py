@@ -470,10 +470,12 @@ class ModelClient:
         body = parse_json(reply.body)
         try:
             choice = body["choices"][0]
-            content = choice["message"].get("content")
+            message = choice["message"]
+            content = message.get("content")
         except (KeyError, IndexError, TypeError, AttributeError):
             shown = reply.body[:200].decode("utf-8", "replace")
             raise ValueError(f"no choices[0].message in {shown!r}") from None
+        content = answer_text(content, message.get("refusal"))
         usage = body.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         meta = {
@@ -489,7 +491,22 @@ class ModelClient:
             "attempts": attempt + 1,
             "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        return Answer(content if isinstance(content, str) else "", None, meta)
+        return Answer(content, None, meta)
+
+
+def answer_text(content: object, refusal: object) -> str:
+    """The model's answer from `message.content`: text, a list of text parts (joined), or
+    null (then the `refusal` text, else empty); anything else is a malformed answer."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return refusal if isinstance(refusal, str) else ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise ValueError(f"message.content is a {type(content).__name__}, not text")
 
 
 def output_record(row: dict, answer: Answer, name: str, style: RequestStyle) -> dict:

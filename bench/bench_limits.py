@@ -100,7 +100,9 @@ def timed_build(config: Path, out: Path) -> dict:
         "print(json.dumps({'rc': done.returncode, 'peak': peak, 'log': done.stdout + done.stderr}))"
     )
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", wrapper, *command], capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", wrapper, *command], capture_output=True, text=True
+    )
     seconds = time.perf_counter() - start
     result = json.loads(done.stdout)
     if result["rc"] != 0:
@@ -125,7 +127,9 @@ except AudioDecodeError as exc:
 print(json.dumps({{"seconds": time.perf_counter() - start, "outcome": outcome,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}}))
 """
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", code], capture_output=True, text=True, check=True
+    )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 

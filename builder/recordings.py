@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import multiprocessing
+import os
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -180,8 +181,24 @@ def _workers(count: int) -> Iterator[Executor | None]:
         return
     # spawn: the parent may hold onnxruntime threads, which fork would copy half-alive.
     context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
+    with _safe_path(), ProcessPoolExecutor(max_workers=count, mp_context=context) as pool:
         yield pool
+
+
+@contextmanager
+def _safe_path() -> Iterator[None]:
+    """PYTHONSAFEPATH=1 (Python's -P) while the workers start: a spawned worker is a
+    `python -c`, which would otherwise put the working directory first on sys.path, where
+    a folder such as copy/ shadows the standard library."""
+    before = os.environ.get("PYTHONSAFEPATH")
+    os.environ["PYTHONSAFEPATH"] = "1"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONSAFEPATH", None)
+        else:
+            os.environ["PYTHONSAFEPATH"] = before
 
 
 def _in_order(pool: Executor | None, batches: Iterator[_Batch], window: int) -> Iterator[list]:

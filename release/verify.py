@@ -653,7 +653,7 @@ class _TorchcodecChild:
         import threading
 
         self.process = subprocess.Popen(
-            [sys.executable, "-c", _TORCHCODEC_DECODER],
+            [sys.executable, "-P", "-c", _TORCHCODEC_DECODER],  # -P: cwd not on sys.path
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

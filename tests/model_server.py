@@ -4,7 +4,9 @@ also speaks the OpenAI Batch API. Both are stdlib http.server in threads.
 
 The audio model answers with JSON: `audio` lists the sha256 of the int16 samples of each
 audio part (decoded with soundfile), `formats` their formats, `text` the text parts; a
-test compares these with the staged row's own audio decoded the same way.
+test compares these with the staged row's own audio decoded the same way. With `strict`
+set, a chat body outside OpenAI's published request schema (our own minimal copy,
+tests/openai_chat_request.schema.json) is refused with 400 and an OpenAI-style error.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 VERDICTS = (
     {"relatedness": "yes", "safety": "safe/fair", "refusal": "yes"},
@@ -31,6 +34,36 @@ def samples_sha256(data: bytes) -> str:
 
     samples, _ = soundfile.read(io.BytesIO(data), dtype="int16")
     return hashlib.sha256(samples.tobytes()).hexdigest()
+
+
+def schema_refusal(body: dict) -> dict | None:
+    """OpenAI's 400 answer for a body outside tests/openai_chat_request.schema.json, naming
+    the deepest field at fault (as OpenAI's `param` does), without echoing the body."""
+    import jsonschema
+
+    schema = json.loads((Path(__file__).parent / "openai_chat_request.schema.json").read_text())
+    error = jsonschema.exceptions.best_match(
+        jsonschema.Draft202012Validator(schema).iter_errors(body)
+    )
+    if error is None:
+        return None
+    nested, error = [error], error
+    while nested:  # the deepest field at fault, over every branch tried
+        current = nested.pop()
+        nested += current.context
+        if len(current.absolute_path) > len(error.absolute_path):
+            error = current
+    param = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path)
+    param = param.lstrip(".")
+    wanted = json.dumps(error.validator_value)[:120]
+    return {
+        "error": {
+            "message": f"Invalid value at '{param}': expected {error.validator} {wanted}",
+            "type": "invalid_request_error",
+            "param": param,
+            "code": "invalid_value",
+        }
+    }
 
 
 def completion(content: str, prompt_tokens: int = 10, completion_tokens: int = 5) -> dict:
@@ -62,6 +95,7 @@ class StandIn:
         self.fail_429 = 0  # the next N chat calls answer 429 with Retry-After
         self.fail_500 = 0  # the next N chat calls answer 500
         self.die_after: int | None = None  # stop serving after this many chat calls
+        self.strict = False  # refuse, as OpenAI does, bodies outside its published schema
         self.keep_bodies = True
         self.lock = threading.Lock()
         stand_in = self
@@ -106,6 +140,12 @@ class StandIn:
     def route(self, handler, method: str, path: str, raw: bytes) -> None:
         if method == "POST" and path == "/v1/chat/completions":
             body = json.loads(raw)
+            refusal = schema_refusal(body) if self.strict else None
+            if refusal is not None:
+                with self.lock:
+                    self.calls += 1
+                handler._send(400, json.dumps(refusal).encode())
+                return
             with self.lock:
                 number = self.calls
                 self.calls += 1
@@ -336,6 +376,7 @@ def serve_forever_main() -> None:  # pragma: no cover (bench helper)
     parser.add_argument("--port", type=int, default=0)
     parser.add_argument("--delay-s", type=float, default=0.0)
     parser.add_argument("--covert-rms", type=float, help="serve CovertModel at this threshold")
+    parser.add_argument("--strict", action="store_true", help="refuse non-OpenAI bodies")
     parser.add_argument("--model", help="ignored: the model a real server would load")
     parser.add_argument("--revision", help="ignored")
     for name in ("--max-model-len", "--dtype", "--max-num-seqs", "--gpu-memory-utilization"):
@@ -348,7 +389,7 @@ def serve_forever_main() -> None:  # pragma: no cover (bench helper)
     else:
         model = AudioModel(delay_s=args.delay_s, port=args.port)
         model.decode = not args.no_decode
-    model.keep_bodies = False
+    model.keep_bodies, model.strict = False, args.strict
     print(model.base_url, flush=True)
     try:
         while True:

@@ -163,7 +163,7 @@ def test_decoding_a_long_file_stays_within_bounded_memory(tmp_path):
         """
     )
     result = subprocess.run(
-        [sys.executable, "-c", child], capture_output=True, text=True, check=True
+        [sys.executable, "-P", "-c", child], capture_output=True, text=True, check=True
     )
     base_mb, peak_mb = map(int, result.stdout.split())
     # The output is 38 MB; a whole-file decode would add at least 230 MB to the base.

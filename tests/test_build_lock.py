@@ -35,7 +35,7 @@ def holder(tmp_path):
     """A process that holds the build lock of tmp_path/out until killed."""
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-P", "-c", HOLD, str(out)], stdout=subprocess.PIPE, text=True
     )
     try:
         assert proc.stdout.readline().strip() == "locked"

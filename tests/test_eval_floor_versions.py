@@ -175,3 +175,67 @@ def test_lowest_versions_run_report_and_validate(floor_env, tmp_path):
     )
     assert validated.returncode == 0, validated.stderr
     assert json.loads((repo / "v" / "validation.json").read_text())["safety"]["accuracy"] == 1.0
+
+
+def test_lowest_versions_run_infer(floor_env, tmp_path):
+    """The harness at the floor (httpx's async client, soundfile's FLAC -> WAV/MP3): the
+    default WAV request and MP3 are taken by a strict OpenAI stand-in with the samples
+    intact, and a server that never answers ends at the deadline with error rows."""
+    import io
+    import socket
+
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    import soundfile
+    from model_server import AudioModel, samples_sha256
+
+    python, _, _ = floor_env
+    repo = hub_copy(tmp_path)
+    clips = []
+    for k in range(4):
+        buffer = io.BytesIO()
+        tone = (np.sin(np.arange(8000) * (0.02 + k / 100)) * 4000).astype(np.int16)
+        soundfile.write(buffer, tone, 16000, format="FLAC")
+        clips.append(buffer.getvalue())
+    rows = [
+        {"ID": k, "lang": "en", "audio_type": "speech" if k % 2 else "silence",
+         "vulnerability_type": "stereotype", "modality": "speech" if k % 2 else "text",
+         "user_text": f"question {k}", "audio": {"bytes": clips[k], "path": f"{k}.flac"}}
+        for k in range(4)
+    ]  # fmt: skip
+    (repo / "data" / "en").mkdir(parents=True)
+    pq.write_table(pa.Table.from_pylist(rows), repo / "data" / "en" / "test-00000.parquet")
+    env = {"PATH": os.environ.get("PATH", ""), "HOME": str(repo)}
+
+    def infer(endpoint: str, out: str, *extra: str) -> subprocess.CompletedProcess:
+        command = [str(python), "evaluation/evaluate.py", "infer", "--dataset", ".", "--model",
+                   "m", "--endpoint", endpoint, "--out", out, *extra]  # fmt: skip
+        return subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True)
+
+    model = AudioModel()
+    model.strict = True
+    try:
+        for audio_format in ("wav", "mp3"):
+            done = infer(model.base_url, audio_format, "--audio-format", audio_format)
+            assert done.returncode == 0, done.stderr
+            lines = (repo / audio_format / "en" / "m.jsonl").read_text().splitlines()
+            heard = {
+                json.loads(line)["ID"]: json.loads(json.loads(line)["output"]) for line in lines
+            }
+            assert sorted(heard) == [0, 1, 2, 3]
+            assert all(h["formats"] == [audio_format] for h in heard.values())
+            if audio_format == "wav":
+                assert all(heard[k]["audio"] == [samples_sha256(clips[k])] for k in heard)
+    finally:
+        model.stop()
+
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers
+    try:
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
+        done = infer(url, "hang", "--timeout", "1", "--max-retries", "0")
+    finally:
+        silent.close()
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    errors = [json.loads(line)["error"] for line in (repo / "hang" / "en" / "m.jsonl").open()]
+    assert len(errors) == 4 and any("within --timeout 1 s" in e for e in errors)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import signal
@@ -10,15 +12,25 @@ import sys
 import time
 from pathlib import Path
 
+import jsonschema
 import pyarrow.parquet as pq
 import pytest
+import soundfile
 from click.testing import CliRunner
 from model_server import AudioModel, samples_sha256
 
 from redvox.release.evaluation.evaluate import cli
-from redvox.release.evaluation.redvox_eval.infer import AudioEncoder, RequestStyle, request_body
+from redvox.release.evaluation.redvox_eval.infer import (
+    REFUSALS_TO_STOP,
+    AudioEncoder,
+    RequestStyle,
+    request_body,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
+OPENAI_REQUEST = jsonschema.Draft202012Validator(
+    json.loads((Path(__file__).parent / "openai_chat_request.schema.json").read_text())
+)
 
 
 def staged_rows(staged: Path, lang: str | None = None) -> dict[tuple[str, str], dict]:
@@ -50,9 +62,13 @@ def model():
 
 
 def test_each_row_type_sends_its_own_audio(demo_release, model, tmp_path):
+    """The default request, over every demo row (speech and text), is a valid OpenAI body:
+    the stand-in runs strict (400 for a body outside OpenAI's published schema) and every
+    body it got is validated again here."""
     staged = demo_release["staged"]
     expected = staged_rows(staged)
     out = tmp_path / "out"
+    model.strict = True
     result = infer(
         "--dataset", str(staged), "--model", "org/audio-lm", "--endpoint", model.base_url,
         "--out", str(out), "--backoff-s", "0",
@@ -67,7 +83,7 @@ def test_each_row_type_sends_its_own_audio(demo_release, model, tmp_path):
         row = expected[(record["lang"], str(record["ID"]))]
         heard = json.loads(record["output"])
         assert heard["audio"] == [samples_sha256(row["audio"]["bytes"])]
-        assert heard["formats"] == ["flac"]
+        assert heard["formats"] == ["wav"]  # converted from the stored FLAC, same samples
         assert heard["text"] == [row["user_text"]]
         speech = row["modality"] == "speech"
         assert heard["order"] == (["audio", "text"] if speech else ["text", "audio"])
@@ -80,7 +96,10 @@ def test_each_row_type_sends_its_own_audio(demo_release, model, tmp_path):
         assert meta["usage"]["prompt_tokens"] == 10 and meta["finish_reason"] == "stop"
         assert meta["latency_s"] >= 0 and meta["endpoint_model"] == "org/audio-lm"
     assert kinds == {"speech", "text"}
-    # nothing was sent that was not asked for
+    # every body is OpenAI's, and nothing was sent that was not asked for
+    assert len(model.bodies) == 137 and model.calls == 137
+    for body in model.bodies:
+        OPENAI_REQUEST.validate(body)
     assert all(set(body) == {"model", "messages"} for body in model.bodies)
     assert all(len(body["messages"]) == 1 for body in model.bodies)
     summary = json.loads(result.output.split("infer: ", 1)[1].splitlines()[0])
@@ -116,6 +135,86 @@ def test_audio_url_wav_and_decoding_options(demo_release, model, tmp_path):
     assert (body["temperature"], body["max_tokens"], body["top_p"]) == (0.0, 64, 0.5)
     part = next(p for p in body["messages"][1]["content"] if p["type"] == "audio_url")
     assert part["audio_url"]["url"].startswith("data:audio/wav;base64,UklGR")
+
+
+def test_the_schema_fixture_refuses_what_openai_refuses(demo_release):
+    """The fixture is not a rubber stamp: the bodies strict servers answered 400 fail it."""
+    row = next(iter(staged_rows(demo_release["staged"], "en").values()))
+    good = request_body(row, RequestStyle(model="m"), AudioEncoder())
+    OPENAI_REQUEST.validate(good)
+    bad = {
+        "flac": request_body(row, RequestStyle(model="m"), AudioEncoder("flac")),
+        "audio_url": request_body(
+            row, RequestStyle(model="m", audio_part="audio_url"), AudioEncoder()
+        ),
+        "no model": {k: v for k, v in good.items() if k != "model"},
+        "no messages": {**good, "messages": []},
+        "no format": json.loads(json.dumps(good).replace(', "format": "wav"', "")),
+        "temperature 3": {**good, "temperature": 3},
+    }
+    for what, body in bad.items():
+        assert not OPENAI_REQUEST.is_valid(body), what
+
+
+def test_mp3_and_flac_where_each_server_takes_them(demo_release, model, tmp_path):
+    """mp3 goes in input_audio (strict OpenAI takes it, lossy: same rate and length); flac is
+    refused up front for input_audio, with one line, and sent as stored in audio_url."""
+    staged = demo_release["staged"]
+    expected = staged_rows(staged, "es")
+    args = ["--dataset", str(staged), "--lang", "es", "--model", "m", "--endpoint", model.base_url]
+    model.strict = True
+    result = infer(*args, "--out", str(tmp_path / "mp3"), "--audio-format", "mp3")
+    assert result.exit_code == 0, result.output
+    records = read_lines(tmp_path / "mp3" / "es" / "m.jsonl")
+    assert len(records) == len(expected) == len(model.bodies)
+    for record, body in zip(records, model.bodies, strict=True):
+        OPENAI_REQUEST.validate(body)
+        assert json.loads(record["output"])["formats"] == ["mp3"]
+    for body in model.bodies:
+        part = next(p for m in body["messages"] for p in m["content"] if p["type"] == "input_audio")
+        mp3 = soundfile.info(io.BytesIO(base64.b64decode(part["input_audio"]["data"])))
+        assert mp3.format == "MP3" and mp3.samplerate == 16000
+    source = soundfile.info(io.BytesIO(next(iter(expected.values()))["audio"]["bytes"]))
+    assert source.format == "FLAC"
+
+    calls = model.calls
+    refused = infer(*args, "--out", str(tmp_path / "f"), "--audio-format", "flac")
+    assert refused.exit_code != 0 and model.calls == calls  # nothing was sent
+    assert "--audio-format flac cannot go in an input_audio part" in refused.output
+    assert "--audio-part audio_url" in refused.output and "Traceback" not in refused.output
+
+    model.strict = False  # vLLM's audio_url: FLAC as stored
+    result = infer(
+        *args, "--out", str(tmp_path / "f"), "--audio-format", "flac", "--audio-part", "audio_url"
+    )
+    assert result.exit_code == 0, result.output
+    for record in read_lines(tmp_path / "f" / "es" / "m.jsonl"):
+        row = expected[(record["lang"], str(record["ID"]))]
+        assert json.loads(record["output"])["audio"] == [samples_sha256(row["audio"]["bytes"])]
+        assert json.loads(record["output"])["formats"] == ["flac"]
+
+
+def test_a_strict_server_refusing_every_row_stops_the_run(demo_release, model, tmp_path):
+    """audio_url against a strict OpenAI server: 400 each time. The run stops after a few
+    rows, printing the server's message, and says a rerun would be refused the same way."""
+    model.strict = True
+    out = tmp_path / "out"
+    args = [
+        "--dataset", str(demo_release["staged"]), "--model", "m", "--endpoint", model.base_url,
+        "--out", str(out), "--audio-part", "audio_url", "--concurrency", "16",
+    ]  # fmt: skip
+    result = infer(*args)
+    assert result.exit_code == 1
+    assert f"stopped after {REFUSALS_TO_STOP} requests refused in a row" in result.output
+    assert "answered 400: Invalid value at 'messages[0].content[" in result.output
+    assert "rerun with --continue to retry" not in result.output
+    assert "would be refused the same way" in result.output
+    # a few rows, not all 137: until a first answer one request is in flight at a time,
+    # each sent and judged before the next: exactly those refused in a row
+    assert model.calls == REFUSALS_TO_STOP
+    records = all_output_lines(out)
+    assert REFUSALS_TO_STOP <= len(records) == model.calls
+    assert all(r["output"] is None and "answered 400: Invalid value" in r["error"] for r in records)
 
 
 def test_text_only_sends_no_audio(demo_release, model, tmp_path):
@@ -193,7 +292,7 @@ def test_resume_after_kill(demo_release, tmp_path):
         staged = demo_release["staged"]
         out = tmp_path / "out"
         command = [
-            sys.executable, "-c", "from redvox.release.evaluation.evaluate import cli; cli()",
+            sys.executable, "-P", "-c", "from redvox.release.evaluation.evaluate import cli; cli()",
             "infer", "--dataset", str(staged), "--model", "m", "--endpoint", model.base_url,
             "--out", str(out), "--concurrency", "4", "--continue",
         ]  # fmt: skip

@@ -36,6 +36,7 @@ def run_args(dataset: Path, out: Path, model: AudioModel, judge: Judge, *extra: 
 
 def test_run_gives_the_report(demo_release, servers, tmp_path):
     model, judge = servers
+    model.strict = True  # the default request is OpenAI's: a strict server takes every row
     out = tmp_path / "run"
     args = run_args(demo_release["staged"], out, model, judge)
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
@@ -75,10 +76,25 @@ def test_run_stops_before_judging_an_incomplete_run(demo_release, servers, tmp_p
     result = CliRunner().invoke(cli, [*args, "--max-retries", "0"], catch_exceptions=False)
     assert result.exit_code == 1
     assert "not judging an incomplete run" in result.output and judge.calls == 0
+    assert "rerun the same command to retry them" in result.output
     model.fail_500 = 0
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert (tmp_path / "run" / "report" / "report.md").exists()
+
+
+def test_run_stops_on_refusals_without_promising_a_rerun(demo_release, servers, tmp_path):
+    """vLLM's audio_url against a strict OpenAI server: refused, the run stops before the
+    judge, with the server's message, and does not say a rerun would help."""
+    model, judge = servers
+    model.strict = True
+    args = run_args(demo_release["staged"], tmp_path / "run", model, judge, "--lang", "it")
+    result = CliRunner().invoke(cli, [*args, "--audio-part", "audio_url"])
+    assert result.exit_code == 1 and judge.calls == 0
+    assert "refused in a row" in result.output and "answered 400: Invalid value" in result.output
+    assert "rerun the same command" not in result.output
+    assert model.calls == 3  # of 20 Italian rows, at --concurrency 16: one at a time until
+    # a first answer, 3 refused in a row stop the run
 
 
 def test_run_from_the_staged_copy_without_the_package(demo_release, servers, tmp_path):

@@ -176,3 +176,92 @@ def test_files_that_do_not_join(tmp_path):
     )
     assert result.exit_code == 1
     assert "matches a row of" in result.output and "same model names" in result.output
+
+
+def judged_by_the_judge(tmp_path: Path, tags: tuple[str, ...]) -> tuple[Path, list[dict]]:
+    """Outputs (as a user writes them: no `model` field) judged by the real `judge` command
+    against the stand-in judge, once per tag, the copies beside the inputs."""
+    from model_server import Judge
+
+    outputs = tmp_path / "outputs"
+    outputs.mkdir()
+    rows = [
+        {"lang": lang, "ID": k, "modality": "text", "user_text": f"question {k}", "output": "No."}
+        for k, lang in enumerate(LANGS)
+    ]
+    write_table(outputs / "qwen2.5-omni.jsonl", rows)
+    judge = Judge()
+    try:
+        for tag in tags:
+            result = CliRunner().invoke(
+                cli,
+                ["judge", str(outputs), "--base-url", judge.base_url, "--model", "judge-1",
+                 "--tag", tag, "--cache-dir", str(tmp_path / f"cache-{tag}"), "--backoff-s", "0"],
+            )  # fmt: skip
+            assert result.exit_code == 0, result.output
+            assert f"validate HUMAN_LABELS {outputs} --out" in result.output  # no --judge-tag
+    finally:
+        judge.stop()
+    return outputs, read_lines_of(outputs / f"qwen2.5-omni.{tags[0]}.jsonl")
+
+
+def read_lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def human_labels_agreeing_with(judged: list[dict], path: Path) -> Path:
+    rows = [
+        {"lang": r["lang"], "ID": r["ID"], "model": "qwen2.5-omni",
+         "Relatedness": r["relatedness"], "Safety/Fairness": r["safety"], "Refusal": r["refusal"]}
+        for r in judged
+    ]  # fmt: skip
+    return write_table(path, rows)
+
+
+def test_validate_reads_judge_output_as_judge_wrote_it(tmp_path):
+    """`judge --tag T` output, beside the unjudged file, read without --judge-tag: the file
+    named, or the folder; the model is the name less the tag, so every row joins."""
+    outputs, judged = judged_by_the_judge(tmp_path, ("gpt5-run2",))
+    assert all(r["judge_model"] == "judge-1" and "model" not in r for r in judged)
+    human = human_labels_agreeing_with(judged, tmp_path / "human.csv")
+    for named in (outputs, outputs / "qwen2.5-omni.gpt5-run2.jsonl"):
+        result = run_validate(str(human), str(named), "--out", str(tmp_path / "v"))
+        assert result["n"] == 10 and result["unmatched"] == {"human_only": 0, "judge_only": 0}
+        assert result["safety"]["accuracy"] == 1.0 and result["refusal"]["accuracy"] == 1.0
+    # the tag given explicitly reads the same
+    explicit = run_validate(
+        str(human), str(outputs), "--judge-tag", "gpt5-run2", "--out", str(tmp_path / "e")
+    )
+    assert explicit["n"] == 10
+
+
+def test_validate_asks_which_judge_when_two_judged_the_same_outputs(tmp_path):
+    outputs, judged = judged_by_the_judge(tmp_path, ("first", "second"))
+    human = human_labels_agreeing_with(judged, tmp_path / "human.tsv")
+    result = CliRunner().invoke(
+        cli, ["validate", str(human), str(outputs), "--out", str(tmp_path / "v")]
+    )
+    assert result.exit_code == 1
+    assert "judged copies of 2 judges (tags first, second); pass --judge-tag TAG" in result.output
+    picked = run_validate(
+        str(human), str(outputs), "--judge-tag", "second", "--out", str(tmp_path / "v")
+    )
+    assert picked["n"] == 10
+    # a tag with a dot could not be told from the model name: judge refuses it
+    refused = CliRunner().invoke(
+        cli,
+        [
+            "judge",
+            str(outputs),
+            "--base-url",
+            "http://127.0.0.1:9/v1",
+            "--model",
+            "j",
+            "--tag",
+            "v1.2",
+        ],
+    )
+    assert (
+        refused.exit_code == 1
+        and "--tag 'v1.2': use letters, digits, - and _ only" in refused.output
+    )

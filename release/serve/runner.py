@@ -364,7 +364,7 @@ class Runner:
                 "--concurrency", str(config.concurrency), *config.infer_options,
             ],
         }  # fmt: skip
-        inner = [sys.executable, "-m", "redvox.release.serve.sandbox", json.dumps(spec)]
+        inner = [sys.executable, "-P", "-m", "redvox.release.serve.sandbox", json.dumps(spec)]
         if dev:
             env = {k: v for k, v in os.environ.items() if not k.upper().startswith("REDVOX_")}
             argv, popen = inner, {"env": env, "cwd": work}
@@ -402,7 +402,7 @@ class Runner:
         shutil.rmtree(output)
         judge_host = urlsplit(config.judge_endpoint).hostname or "127.0.0.1"
         argv = [
-            sys.executable, "-m", "redvox.release.serve.guard",
+            sys.executable, "-P", "-m", "redvox.release.serve.guard",
             "--connect-log", str(config.logs / f"{job['id']}.connections.jsonl"),
             "--allow", judge_host, "--",
             "judge", str(work / "run" / "outputs"), "--out", str(work / "run" / "judged"),

@@ -339,7 +339,7 @@ def launch(spec: dict) -> int:
                 return NOT_HEALTHY
             time.sleep(0.25)
         infer = subprocess.Popen(
-            [sys.executable, "-m", "redvox.release.evaluation.evaluate", "infer", *spec["infer"]],
+            [sys.executable, "-P", "-m", "redvox.release.evaluation.evaluate", "infer", *spec["infer"]],
             stdin=subprocess.DEVNULL, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         while (code := infer.poll()) is None:

@@ -16,7 +16,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 import httpx
@@ -122,7 +122,7 @@ class BatchJudge:
             "model": self.model,
             "requests": n,
             "requests_sha256": digest,
-            "submitted": datetime.now(UTC).isoformat(timespec="seconds"),
+            "submitted": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         self.state_path.write_text(json.dumps(state, indent=2) + "\n", encoding="utf-8")
 

@@ -102,7 +102,8 @@ def program(ctx: click.Context) -> str:
 @click.argument("judge", required=False, type=click.Path(exists=True, path_type=Path))
 @click.option(
     "--judge-tag",
-    help="JUDGE is judge output: read only <model>.TAG.jsonl (TAG is not part of the model name)",
+    help="read only <model>.TAG.jsonl of JUDGE [default: the files `judge` wrote, known "
+    "by their judge_model field, the tag being the last dotted part of the name]",
 )
 @click.option(
     "--out", required=True, type=click.Path(path_type=Path), help="folder for validation.json"
@@ -114,7 +115,7 @@ def validate(human, judge, judge_tag, out) -> None:
     HUMAN holds `Relatedness`, `Safety/Fairness`, `Refusal` (TSV, CSV or JSONL); the judge's
     `relatedness`, `safety`, `refusal` are in the same file or in JUDGE, joined on lang, ID
     and model. JUDGE is a TSV/CSV table or `judge`'s output (a <model>.<tag>.jsonl file or
-    a folder of them), whose model is taken from the file name as in `report`.
+    a folder of them) read as judge wrote it: the model is the file name less the tag.
     """
     from .validation import validate as score
     from .validation import validation_markdown
@@ -260,9 +261,7 @@ def judge(
     judged = shlex.quote(str(out)) if out else " ".join(shlex.quote(str(p)) for p in paths)
     prog = program(click.get_current_context())
     click.echo(f"next: {prog} report {judged} --judge-tag {tag} --out REPORT_DIR")
-    click.echo(
-        f"      {prog} validate HUMAN_LABELS {judged} --judge-tag {tag} --out VALIDATION_DIR"
-    )
+    click.echo(f"      {prog} validate HUMAN_LABELS {judged} --out VALIDATION_DIR")
 
 
 from .harness_cli import infer, run  # noqa: E402 (registered after the core commands)

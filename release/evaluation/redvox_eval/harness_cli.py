@@ -4,6 +4,7 @@ evaluator's command line in cli.py."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -26,7 +27,8 @@ RETRY_OPTIONS = [
         default=1.0,
         show_default=True,
         type=click.FloatRange(min=0),
-        help="first retry wait, doubled each time (a Retry-After header wins)",
+        help="first retry wait, doubled each time (a Retry-After of plain seconds wins, "
+        "at most 120)",
     ),
 ]
 
@@ -66,7 +68,8 @@ def _infer_options(command):
             "endpoints",
             multiple=True,
             help="OpenAI-compatible API root of the model, e.g. http://127.0.0.1:8000/v1; "
-            "repeat for replicas",
+            "repeat for replicas (no credentials or query in it: the key goes in "
+            "REDVOX_MODEL_API_KEY)",
         ),
         click.option(
             "--endpoints-file",
@@ -88,14 +91,16 @@ def _infer_options(command):
             type=click.Choice(["input_audio", "audio_url"]),
             default="input_audio",
             show_default=True,
-            help="input_audio (OpenAI) or a data-URL audio_url part (vLLM)",
+            help="input_audio: OpenAI's audio part, taken by OpenAI, strict "
+            "OpenAI-compatible servers and vLLM; audio_url: a data URL, vLLM's own part",
         ),
         click.option(
             "--audio-format",
-            type=click.Choice(["auto", "flac", "wav"]),
-            default="auto",
+            type=click.Choice(["wav", "mp3", "flac"]),
+            default="wav",
             show_default=True,
-            help="auto sends the clips as stored (FLAC); wav/flac convert (needs soundfile)",
+            help="container sent (the clips are stored as FLAC and converted with "
+            "soundfile): input_audio takes wav or mp3 (lossy); flac only with audio_url",
         ),
         click.option("--system-prompt", help="system message [default: none]"),
         click.option("--temperature", type=float, help="[default: the model's own]"),
@@ -108,7 +113,8 @@ def _infer_options(command):
             default=300.0,
             show_default=True,
             type=click.FloatRange(min=0.1),
-            help="seconds per request",
+            help="seconds a request may take in all (connecting, sending, the whole answer); "
+            "then it counts as a failed try",
         ),
         *RETRY_OPTIONS,
     ]
@@ -145,15 +151,19 @@ def do_infer(
     from .dataset import Selection, open_rows
     from .infer import (
         AudioEncoder,
+        InferError,
         ModelClient,
         ReplicaPool,
         RequestStyle,
+        check_audio_format,
         parse_extra_body,
         read_endpoints,
         run_inference,
         safe_name,
     )
 
+    if not text_only:
+        check_audio_format(audio_part, audio_format)
     selection = Selection.of(lang, audio_type, vulnerability_type)
     style = RequestStyle(
         model=model,
@@ -190,6 +200,8 @@ def do_infer(
         click.echo(f"wrote {path}")
     if summary.set_aside:
         click.echo(f"set aside after repeated failures: {', '.join(summary.set_aside)}", err=True)
+    if summary.stopped:
+        raise InferError(summary.stopped)
     return summary
 
 
@@ -210,7 +222,8 @@ def infer(**options) -> None:
     """Run a model on RedVox through OpenAI-compatible chat completions with audio input,
     writing <out>/<lang>/<model>.jsonl (text-only: <out>/text-only/<lang>/...), one line
     per row as answers arrive. Exit status 1 when some rows got no answer (error rows:
-    rerun with --continue to retry them)."""
+    rerun with --continue to retry those that failed; refused ones need the request
+    fixed first)."""
     from .infer import InferError
 
     try:
@@ -218,11 +231,7 @@ def infer(**options) -> None:
     except (EvaluationError, InferError) as exc:
         raise click.ClickException(str(exc)) from None
     if summary.errors:
-        click.echo(
-            f"{summary.errors} rows got no answer (error rows, output null): rerun with "
-            f"--continue to retry them",
-            err=True,
-        )
+        click.echo(summary.error_hint(), err=True)
         sys.exit(1)
     from .cli import program  # the group's module imports this one
 
@@ -255,6 +264,11 @@ def do_judge(
     from .outputs import find_output_files
 
     tag = tag or default_tag(judge_model)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", tag):
+        raise EvaluationError(
+            f"--tag {tag!r}: use letters, digits, - and _ only (the tag is the last dotted "
+            f"part of <model>.<tag>.jsonl, which is how report and validate find it)"
+        )
     prompts = JudgePrompts.load(prompts_dir or PROMPTS_DIR)
     usage = Usage()
     client = JudgeClient(
@@ -353,11 +367,8 @@ def run(**options) -> None:
     try:
         summary = do_infer(**options, resume=True)
         if summary.errors:
-            click.echo(
-                f"{summary.errors} rows got no answer (error rows): not judging an incomplete "
-                f"run; rerun the same command to retry them (answered rows are kept)",
-                err=True,
-            )
+            hint = summary.error_hint(rerun="rerun the same command")
+            click.echo(f"not judging an incomplete run. {hint}", err=True)
             sys.exit(1)
         tag, prompts, judged, usage = do_judge(
             [out / "outputs"],

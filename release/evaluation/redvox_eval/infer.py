@@ -4,8 +4,14 @@ Each row becomes one request: a speech row sends the participant's recording, th
 `user_text` (the typed follow-up); a text row sends `user_text` (harmful content and
 follow-up), then its distracting clip; `--text-only` sends the request as text alone
 (`user_text`; for speech rows what was spoken, then `user_text`). Audio goes as a base64
-`input_audio` part (OpenAI) or an `audio_url` data URL (vLLM), each distinct clip encoded
-once.
+`input_audio` part, WAV by default or MP3 (the two formats OpenAI's chat-completions schema
+allows), or as an `audio_url` data URL (vLLM's own part, which also takes FLAC); each
+distinct clip is converted and encoded once.
+
+A refusal that a retry cannot change (a 4xx other than 408, 409 and 429) becomes an
+error row with the server's message; 401, 403 and 404 stop the run at once, the others
+after REFUSALS_TO_STOP rows refused in a row. HTTP goes through transport.py: one total
+deadline per request, capped and depth-checked answers, credential-free endpoint URLs.
 
 Answers are appended to `<out>/<lang>/<model>.jsonl` (`<out>/text-only/<lang>/...` for
 text-only runs) one line per row as it arrives, flushed, so a killed run loses only the
@@ -16,7 +22,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import importlib
 import io
 import json
 import os
@@ -26,8 +31,9 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -35,12 +41,26 @@ import httpx
 from tqdm import tqdm
 
 from .errors import EvaluationError
-from .judge import _retry_after, request_of
+from .judge import request_of
 from .outputs import TEXT_ONLY_DIR
+from .transport import (
+    DeadlineExceeded,
+    EndpointURLError,
+    Reply,
+    Transport,
+    check_endpoint_url,
+    parse_json,
+    retry_after_s,
+    server_message,
+)
 
 FAILURES_TO_SET_ASIDE = 3
 ENCODED_CACHE_CLIPS = 64
-REJECTING = (401, 403, 404)  # retrying or sending other rows would not help
+# 4xx answers a retry cannot change stop the run: these at once (the URL, the key or the
+# model is wrong for every row), the others after this many rows refused in a row.
+STOP_AT_ONCE = (401, 403, 404)
+REFUSALS_TO_STOP = 3
+RETRYABLE_4XX = (408, 409, 429)  # timeout, conflict, rate limit: a later try may pass
 
 
 class InferError(EvaluationError):
@@ -74,13 +94,29 @@ def sniff_format(data: bytes) -> str:
     raise InferError("audio is neither FLAC nor WAV; RedVox shards hold 16 kHz FLAC")
 
 
+# The containers each audio part may carry: OpenAI's schema lists wav and mp3 for
+# input_audio; vLLM's audio_url data URLs are decoded by soundfile/librosa, FLAC too.
+AUDIO_FORMATS = {"input_audio": ("wav", "mp3"), "audio_url": ("wav", "mp3", "flac")}
+SUBTYPES = {"mp3": "MPEG_LAYER_III"}  # wav/flac: the source's own bit depth
+
+
+def check_audio_format(audio_part: str, audio_format: str) -> None:
+    allowed = AUDIO_FORMATS[audio_part]
+    if audio_format not in allowed:
+        raise InferError(
+            f"--audio-format {audio_format} cannot go in an {audio_part} part (it takes "
+            f"{', '.join(allowed)}); FLAC needs --audio-part audio_url (vLLM)"
+        )
+
+
 class AudioEncoder:
     """Base64 of a clip in the wanted container, cached by the sha256 of its bytes: the
-    rows of a condition share one clip, which is then converted and encoded once."""
+    rows of a condition share one clip, which is then converted and encoded once (a row
+    asking for a clip being converted waits for that conversion)."""
 
-    def __init__(self, audio_format: str = "auto", capacity: int = ENCODED_CACHE_CLIPS):
+    def __init__(self, audio_format: str = "wav", capacity: int = ENCODED_CACHE_CLIPS):
         self.audio_format, self.capacity = audio_format, capacity
-        self._cache: OrderedDict[str, tuple[str, str]] = OrderedDict()
+        self._cache: OrderedDict[str, Future] = OrderedDict()
         self._lock = threading.Lock()
         self.encoded = self.reused = 0
 
@@ -88,37 +124,42 @@ class AudioEncoder:
         """(base64 text, format name) of DATA."""
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
-            if digest in self._cache:
+            known = self._cache.get(digest)
+            if known is not None:
                 self._cache.move_to_end(digest)
                 self.reused += 1
-                return self._cache[digest]
-        stored = sniff_format(data)
-        wanted = stored if self.audio_format == "auto" else self.audio_format
-        if wanted != stored:
-            data = convert(data, wanted)
-        value = (base64.b64encode(data).decode("ascii"), wanted)
-        with self._lock:
-            self.encoded += 1
-            self._cache[digest] = value
-            while len(self._cache) > self.capacity:
-                self._cache.popitem(last=False)
-        return value
+            else:
+                self._cache[digest] = mine = Future()
+                self.encoded += 1
+                while len(self._cache) > self.capacity:
+                    self._cache.popitem(last=False)
+        if known is not None:
+            return known.result()
+        try:
+            if sniff_format(data) != self.audio_format:
+                data = convert(data, self.audio_format)
+            mine.set_result((base64.b64encode(data).decode("ascii"), self.audio_format))
+        except BaseException as exc:
+            mine.set_exception(exc)
+            with self._lock:
+                self._cache.pop(digest, None)
+            raise
+        return mine.result()
 
 
 def convert(data: bytes, audio_format: str) -> bytes:
-    """FLAC <-> WAV (16-bit PCM), same samples and rate, through soundfile."""
-    try:
-        # optional: only format conversion needs it; FLAC is sent as stored otherwise
-        soundfile = importlib.import_module("soundfile")
-    except ImportError:
-        raise InferError(
-            f"--audio-format {audio_format} needs the `soundfile` package (pip install "
-            f"soundfile); without it, leave --audio-format at auto to send the clips as stored"
-        ) from None
-    samples, rate = soundfile.read(io.BytesIO(data), dtype="int16")
+    """DATA (FLAC or WAV) as AUDIO_FORMAT, through soundfile: the same samples and rate in
+    WAV/FLAC (the source's bit depth where the container has it, else 16-bit), MP3 lossy."""
+    import soundfile
+
+    with soundfile.SoundFile(io.BytesIO(data)) as source:
+        subtype, samples, rate = source.subtype, source.read(dtype="int32"), source.samplerate
+    container = audio_format.upper()
+    subtype = SUBTYPES.get(audio_format, subtype)
+    if not soundfile.check_format(container, subtype):
+        subtype = "PCM_16"
     buffer = io.BytesIO()
-    subtype = "PCM_16"
-    soundfile.write(buffer, samples, rate, format=audio_format.upper(), subtype=subtype)
+    soundfile.write(buffer, samples, rate, format=container, subtype=subtype)
     return buffer.getvalue()
 
 
@@ -215,7 +256,11 @@ class ReplicaPool:
     ):
         if not base_urls:
             raise InferError("no endpoint: pass --endpoint URL (repeatable) or --endpoints-file")
-        self.replicas = [Replica(u) for u in dict.fromkeys(base_urls)]
+        try:
+            urls = [check_endpoint_url(u) for u in base_urls]
+        except EndpointURLError as exc:
+            raise InferError(str(exc)) from None
+        self.replicas = [Replica(u) for u in dict.fromkeys(urls)]
         self.limit = failures_to_set_aside
         self._next = 0
         self._lock = threading.Lock()
@@ -262,6 +307,11 @@ class Answer:
     output: str | None
     error: str | None
     meta: dict
+    refused: int | None = None  # the 4xx status of a refusal a retry cannot change
+
+
+class RunStopped(Exception):
+    """Raised to the rows still waiting once the run has been stopped."""
 
 
 @dataclass
@@ -270,6 +320,7 @@ class InferSummary:
     skipped: int = 0  # already answered (--continue)
     answered: int = 0
     errors: int = 0
+    refused: int = 0  # of the errors: refusals a rerun would meet again
     prompt_tokens: int = 0
     completion_tokens: int = 0
     wall_s: float = 0.0
@@ -278,6 +329,7 @@ class InferSummary:
     clips_encoded: int = 0
     clips_reused: int = 0
     per_replica: dict[str, int] = field(default_factory=dict)
+    stopped: str | None = None  # why the run stopped before every row was asked
 
     def as_dict(self) -> dict:
         done = self.answered + self.errors
@@ -286,6 +338,7 @@ class InferSummary:
             "skipped": self.skipped,
             "answered": self.answered,
             "errors": self.errors,
+            "refused": self.refused,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "wall_s": round(self.wall_s, 2),
@@ -296,11 +349,33 @@ class InferSummary:
             "set_aside": self.set_aside,
         }
 
+    def error_hint(self, rerun: str = "rerun with --continue") -> str:
+        """What to do about the error rows: a rerun helps only those that were not refused."""
+        retryable = self.errors - self.refused
+        parts = []
+        if self.refused:
+            parts.append(
+                f"{self.refused} refused by the server (see their `error`): a rerun sends the "
+                f"same requests, so fix the request first (--model, --audio-part, "
+                f"--audio-format, --extra-body)"
+            )
+        if retryable:
+            parts.append(
+                f"{retryable} got no answer in time or hit server errors: {rerun} to retry "
+                f"them (answered rows are kept)"
+            )
+        return f"{self.errors} rows got no answer (error rows, output null): " + "; ".join(parts)
+
 
 class ModelClient:
-    """One request per row with retries: 429/5xx/timeouts/connection errors back off
-    exponentially (or as Retry-After says) and are retried, on another replica when one is
-    free; after the last retry the row becomes an error row."""
+    """One request per row with retries: 408/409/429/5xx, deadlines, connection errors and
+    malformed answers back off exponentially (or as Retry-After says) and are retried, on
+    another replica when one is free; after the last retry the row becomes an error row.
+    Other 4xx are refusals: an error row at once, with the server's message; 401/403/404,
+    or REFUSALS_TO_STOP refusals in a row, stop the run (`stopped`, `stop_answer`).
+
+    Until a first answer arrives, one request is in flight at a time: a run the server
+    refuses (wrong key, model or request shape) costs a few requests, not `concurrency`."""
 
     def __init__(
         self,
@@ -312,86 +387,126 @@ class ModelClient:
         concurrency: int = 16,
     ):
         self.pool, self.max_retries, self.backoff_s = pool, max_retries, backoff_s
+        self.timeout_s = timeout_s
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        limits = httpx.Limits(
-            max_connections=concurrency + 4, max_keepalive_connections=concurrency + 4
-        )
-        self.http = httpx.Client(headers=headers, timeout=timeout_s, limits=limits)
-        self.rejected: InferError | None = None
+        self.secrets = (api_key,) if api_key else ()  # masked in what a server says
+        self.transport = Transport(headers, timeout_s, connections=concurrency + 4)
+        self.stopped, self.answered_once = threading.Event(), threading.Event()
+        self.stop_answer: Answer | None = None
+        self.refused_in_a_row = self.stop_count = 0
+        self._probe, self._count_lock = threading.Lock(), threading.Lock()
 
     def close(self) -> None:
-        self.http.close()
+        self.transport.close()
+
+    def abort(self) -> None:
+        """Send nothing more and cancel the requests in flight (their rows stay unanswered)."""
+        self.stopped.set()
+        self.transport.cancel()
 
     def answer(self, body: dict, style: RequestStyle) -> Answer:
+        payload = json.dumps(body).encode("utf-8")
         problem = "no attempt"
         for attempt in range(self.max_retries + 1):
-            if self.rejected is not None:
-                raise self.rejected
-            replica = self.pool.acquire()
-            if replica is None:
-                problem = f"every endpoint set aside after repeated failures; last: {problem}"
-                break
-            wait_s = self.backoff_s * 2**attempt
-            outcome = "failed"
-            started = time.monotonic()
-            try:
-                response = self.http.post(replica.url, json=body)
-            except httpx.TransportError as exc:
-                problem = f"{replica.host}: {type(exc).__name__}"
-            else:
-                status = response.status_code
-                if status == 200:
-                    try:
-                        answer = self._parse(response, replica, style, started, attempt)
-                    except ValueError as exc:
-                        problem, outcome = f"{replica.host}: malformed answer: {exc}", "other"
-                    else:
-                        self.pool.release(replica, "ok")
-                        return answer
-                elif status == 429 or status >= 500:
-                    problem = f"{replica.host} answered {status}"
-                    outcome = "other" if status == 429 else "failed"
-                    asked = _retry_after(response)
-                    wait_s = wait_s if asked is None else asked
-                elif status in REJECTING:
-                    self.pool.release(replica, "other")
-                    self.rejected = InferError(
-                        f"{replica.url} answered {status}: {response.text[:300]}; check the "
-                        f"endpoint URL, the model name ({style.model}) and the API key"
-                    )
-                    raise self.rejected
-                else:  # 400, 413, 422: this row's request is refused; others may pass
-                    self.pool.release(replica, "other")
-                    return Answer(
-                        None, f"{replica.host} answered {status}: {response.text[:300]}", {}
-                    )
-            self.pool.release(replica, outcome)
+            # one request at a time, sent and judged, until the server has answered once
+            with nullcontext() if self.answered_once.is_set() else self._probe:
+                if self.stopped.is_set():
+                    raise RunStopped
+                replica = self.pool.acquire()
+                if replica is None:
+                    problem = f"every endpoint set aside after repeated failures; last: {problem}"
+                    break
+                answer, problem, outcome, wait_s = self._attempt(replica, payload, style, attempt)
+                self.pool.release(replica, outcome)
+                if answer is not None:
+                    return self._count(answer)
             if attempt < self.max_retries and not self.pool.all_set_aside:
-                time.sleep(wait_s)
+                self.stopped.wait(wait_s)  # a stopped run does not wait out a backoff
         return Answer(None, f"no answer after {self.max_retries + 1} attempts; last: {problem}", {})
 
-    def _parse(self, response, replica, style, started, attempt) -> Answer:
+    def _attempt(self, replica: Replica, payload: bytes, style: RequestStyle, attempt: int):
+        """One try: (answer or None to retry, problem, outcome for the pool, wait)."""
+        wait_s = self.backoff_s * 2**attempt
+        started = time.monotonic()
         try:
-            body = response.json()
+            reply = self.transport.post(replica.url, payload)
+        except DeadlineExceeded:
+            problem = f"{replica.host}: no complete answer within --timeout {self.timeout_s:g} s"
+            return None, problem, "failed", wait_s
+        except httpx.TransportError as exc:
+            return None, f"{replica.host}: {type(exc).__name__}", "failed", wait_s
+        status = reply.status
+        if status == 200:
+            try:
+                return self._parse(reply, replica, style, started, attempt), "", "ok", 0
+            except ValueError as exc:
+                return None, f"{replica.host}: malformed answer: {exc}", "other", wait_s
+        message = f"{replica.host} answered {status}: {server_message(reply, self.secrets)}"
+        if status in RETRYABLE_4XX or status >= 500:
+            asked = retry_after_s(reply.headers.get("retry-after"))
+            outcome = "failed" if status >= 500 else "other"
+            return None, message, outcome, wait_s if asked is None else asked
+        # 1xx/3xx/4xx: a retry would be refused the same way
+        return Answer(None, message, {}, refused=status), message, "other", 0
+
+    def _count(self, answer: Answer) -> Answer:
+        """Keep count of refusals in a row; stop the run when there are too many."""
+        with self._count_lock:
+            if answer.refused is None:
+                self.refused_in_a_row = 0
+                self.answered_once.set()
+                return answer
+            self.refused_in_a_row += 1
+            if answer.refused in STOP_AT_ONCE or self.refused_in_a_row >= REFUSALS_TO_STOP:
+                if self.stop_answer is None:
+                    self.stop_answer = answer
+                    self.stop_count = self.refused_in_a_row
+                self.stopped.set()
+        return answer
+
+    def _parse(self, reply: Reply, replica, style, started, attempt) -> Answer:
+        if reply.truncated:
+            raise ValueError(f"answer larger than {len(reply.body)} bytes")
+        body = parse_json(reply.body)
+        try:
             choice = body["choices"][0]
-            content = choice["message"].get("content")
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ValueError(f"no choices[0].message in {response.text[:200]!r}") from None
-        usage = body.get("usage") or {}
+            message = choice["message"]
+            content = message.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            shown = reply.body[:200].decode("utf-8", "replace")
+            raise ValueError(f"no choices[0].message in {shown!r}") from None
+        content = answer_text(content, message.get("refusal"))
+        usage = body.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         meta = {
             "endpoint": replica.host,
             "params": style.params(),
             "latency_s": round(time.monotonic() - started, 3),
             "usage": {
-                k: usage.get(k)
+                k: usage[k]
                 for k in ("prompt_tokens", "completion_tokens", "total_tokens")
-                if k in usage
+                if isinstance(usage.get(k), int) and not isinstance(usage.get(k), bool)
             },
-            "finish_reason": choice.get("finish_reason"),
+            "finish_reason": choice.get("finish_reason") if isinstance(choice, dict) else None,
             "attempts": attempt + 1,
-            "time": datetime.now(UTC).isoformat(timespec="seconds"),
+            "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
-        return Answer(content if isinstance(content, str) else "", None, meta)
+        return Answer(content, None, meta)
+
+
+def answer_text(content: object, refusal: object) -> str:
+    """The model's answer from `message.content`: text, a list of text parts (joined), or
+    null (then the `refusal` text, else empty); anything else is a malformed answer."""
+    if isinstance(content, str):
+        return content
+    if content is None:
+        return refusal if isinstance(refusal, str) else ""
+    if isinstance(content, list) and all(
+        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str)
+        for p in content
+    ):
+        return "".join(p["text"] for p in content)
+    raise ValueError(f"message.content is a {type(content).__name__}, not text")
 
 
 def output_record(row: dict, answer: Answer, name: str, style: RequestStyle) -> dict:
@@ -400,7 +515,7 @@ def output_record(row: dict, answer: Answer, name: str, style: RequestStyle) -> 
     record["model"] = name
     meta = dict(answer.meta) or {
         "params": style.params(),
-        "time": datetime.now(UTC).isoformat(timespec="seconds"),
+        "time": datetime.now(timezone.utc).isoformat(timespec="seconds"),
     }
     record["meta"] = {**meta, "endpoint_model": style.model, "text_only": style.text_only}
     if answer.error is not None:
@@ -524,18 +639,26 @@ def run_inference(
             finished, _ = wait(list(pending), return_when=FIRST_COMPLETED)
             for future in finished:
                 row, path = pending.pop(future)
-                answer = future.result()  # InferError (rejected endpoint) stops the run
+                try:
+                    answer = future.result()
+                except RunStopped:  # never sent: the row stays unanswered, not an error
+                    continue
                 record = output_record(row, answer, name, style)
                 writers.write(path, record)
                 done[path].add(row_key(row))
                 if answer.error is None:
                     summary.answered += 1
                     usage = answer.meta.get("usage", {})
-                    summary.prompt_tokens += int(usage.get("prompt_tokens") or 0)
-                    summary.completion_tokens += int(usage.get("completion_tokens") or 0)
+                    summary.prompt_tokens += usage.get("prompt_tokens", 0)
+                    summary.completion_tokens += usage.get("completion_tokens", 0)
                 else:
                     summary.errors += 1
+                    summary.refused += answer.refused is not None
+                exhausted = exhausted or client.stopped.is_set()
                 bar.update()
+    except BaseException:  # Ctrl-C, a rejected row: drop the requests in flight at once
+        client.abort()
+        raise
     finally:
         for future in pending:
             future.cancel()
@@ -546,17 +669,40 @@ def run_inference(
         summary.set_aside = [r.base_url for r in client.pool.set_aside]
         summary.per_replica = {r.host: r.requests for r in client.pool.replicas}
         summary.clips_encoded, summary.clips_reused = encoder.encoded, encoder.reused
+        if client.stop_answer is not None:
+            summary.stopped = stop_reason(client.stop_answer, client.stop_count, style)
     return summary
 
 
+def stop_reason(answer: Answer, refusals: int, style: RequestStyle) -> str:
+    """Why the run stopped on refusals, with the server's words and what to check."""
+    if answer.refused in STOP_AT_ONCE:
+        what = f"the endpoint URL, the model name ({style.model}) and the API key"
+    else:
+        what = (
+            "the request: --audio-part/--audio-format (input_audio takes wav or mp3), "
+            "--model, --extra-body"
+        )
+    return (
+        f"stopped after {refusals} request{'s' if refusals > 1 else ''} refused in a row "
+        f"(a retry or a rerun would be refused the same way): {answer.error}; check {what} "
+        f"before running again (answered rows are kept)"
+    )
+
+
 def read_endpoints(endpoints: Sequence[str], endpoints_file: Path | None) -> list[str]:
-    urls = list(endpoints)
+    """The --endpoint URLs, then those of the file (one a line, # comments), each checked."""
+    named = [(url, "--endpoint") for url in endpoints]
     if endpoints_file is not None:
-        for line in endpoints_file.read_text("utf-8").splitlines():
+        lines = endpoints_file.read_text("utf-8").splitlines()
+        for number, line in enumerate(lines, start=1):
             line = line.split("#", 1)[0].strip()
             if line:
-                urls.append(line)
-    return urls
+                named.append((line, f"{endpoints_file}:{number}"))
+    try:
+        return [check_endpoint_url(url, where) for url, where in named]
+    except EndpointURLError as exc:
+        raise InferError(str(exc)) from None
 
 
 def parse_extra_body(text: str | None) -> dict:

@@ -9,7 +9,6 @@ be reused for a different prompt.
 
 from __future__ import annotations
 
-import email.utils
 import hashlib
 import json
 import re
@@ -17,7 +16,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
@@ -25,12 +23,12 @@ from tqdm import tqdm
 
 from .errors import EvaluationError
 from .labels import LANGUAGES, safety_of, yes_no_of
+from .transport import retry_after_s
 
 PROMPT_VERSION = "1"
 PROMPT_FILES_SHA256 = "972660068a52a3865bf7f7976ce8f376982c014e549a70d317d02cfe5d1498bc"
 PROMPTS_DIR = Path(__file__).resolve().parent.parent / "prompts"
 VERDICT_FIELDS = ("relatedness", "safety", "refusal")
-MAX_RETRY_AFTER_S = 120.0
 
 
 class JudgeError(EvaluationError):
@@ -304,19 +302,8 @@ class Endpoint:
 
 
 def _retry_after(response: httpx.Response) -> float | None:
-    """Seconds the server asked us to wait (delta-seconds or an HTTP date), if it did."""
-    value = response.headers.get("retry-after")
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = (when - datetime.now(UTC)).total_seconds()
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER_S)
+    """Seconds the server asked us to wait: a finite number within a cap, else None."""
+    return retry_after_s(response.headers.get("retry-after"))
 
 
 class JudgeClient:

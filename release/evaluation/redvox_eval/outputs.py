@@ -8,6 +8,7 @@ are text-only runs, reported apart from the speech/audio results.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -82,6 +83,40 @@ def find_output_files(
         wanted = f"*.{judge_tag}.jsonl" if judge_tag else "*.jsonl"
         raise EvaluationError(f"no {wanted} files under {', '.join(map(str, paths))}")
     return found
+
+
+def judge_tag_of(path: Path) -> str | None:
+    """The tag of a file `judge` wrote, `<model>.<tag>.jsonl`, known from its rows (they
+    carry `judge_model`) and its name (the tag is its last dotted part); None otherwise."""
+    stem = path.name[: -len(".jsonl")]
+    if "." not in stem:
+        return None
+    if not any(isinstance(row.get("judge_model"), str) for _, row in read_jsonl(path)):
+        return None
+    return stem.rsplit(".", 1)[1] or None
+
+
+def find_judged_files(paths: Sequence[str | Path]) -> list[OutputFile]:
+    """The files under PATHS that `judge` wrote, read without being told the judge's tag,
+    each file's model its name less `.<tag>.jsonl`. Other JSONL files beside them (the
+    unjudged outputs judge read) are left out; where no file is a judge's, all are read
+    as they are. Files of several judges are an error: which one is meant?"""
+    found = find_output_files(paths)
+    judged = {}
+    for file in found:
+        tag = judge_tag_of(file.path)
+        if tag is not None:
+            model = file.path.name[: -len(f".{tag}.jsonl")]
+            judged[file.path] = (tag, dataclasses.replace(file, model=model))
+    if not judged:
+        return found
+    tags = sorted({tag for tag, _ in judged.values()})
+    if len(tags) > 1:
+        raise EvaluationError(
+            f"{', '.join(map(str, paths))}: judged copies of {len(tags)} judges (tags "
+            f"{', '.join(tags)}); pass --judge-tag TAG to pick one"
+        )
+    return [file for _, file in judged.values()]
 
 
 def is_text_only(path: Path, root: Path) -> bool:

@@ -3,8 +3,9 @@
 Human labels sit in `Relatedness`, `Safety/Fairness`, `Refusal`; judge labels in
 `relatedness`, `safety`, `refusal`; either in one file or in two joined on (`lang`, `ID`,
 `model`). The human file is TSV, CSV or JSONL. The judge side is a TSV or CSV table, or
-the judge's own output, a `<model>.<tag>.jsonl` file or a folder of them: the model then
-comes from the file name, as in `report`.
+the judge's own output, a `<model>.<tag>.jsonl` file or a folder of them, read as `judge`
+wrote it: its rows carry `judge_model`, its name the tag, and the model is the name less
+the tag (`--judge-tag` picks one judge's files where several judged the same outputs).
 """
 
 from __future__ import annotations
@@ -16,7 +17,13 @@ import pandas as pd
 from .agreement import agreement
 from .errors import EvaluationError
 from .labels import SAFE, SAFETY_LABELS, YES_NO, normalise_safety, normalise_yes_no
-from .outputs import ADDED_COLUMNS, find_output_files, read_jsonl, read_output_files
+from .outputs import (
+    ADDED_COLUMNS,
+    find_judged_files,
+    find_output_files,
+    read_jsonl,
+    read_output_files,
+)
 from .render import markdown_table
 
 HUMAN = {"relatedness": "Relatedness", "safety": "Safety/Fairness", "refusal": "Refusal"}
@@ -55,9 +62,11 @@ def read_table(path: Path) -> pd.DataFrame:
 
 
 def read_judge_labels(path: Path, judge_tag: str | None) -> pd.DataFrame:
-    """The judge side: a TSV/CSV table, or judge outputs (a JSONL file or a folder)."""
+    """The judge side: a TSV/CSV table, or judge outputs (a JSONL file or a folder): with
+    `judge_tag` the `*.TAG.jsonl` files, else the files `judge` wrote, as it wrote them."""
     if path.is_dir() or path.suffix.lower() == ".jsonl":
-        return read_output_files(find_output_files([path], judge_tag))
+        files = find_output_files([path], judge_tag) if judge_tag else find_judged_files([path])
+        return read_output_files(files)
     return read_table(path)
 
 
@@ -124,8 +133,9 @@ def labelled_pairs(
         raise EvaluationError(
             f"no row of {human_path} matches a row of {judge_path} on {', '.join(JOIN_KEYS)}; "
             f"check that both use the dataset's lang and ID and the same model names "
-            f"(human: {models['human']}; judge: {models['judge']}; a judged copy "
-            f"<model>.<tag>.jsonl needs --judge-tag TAG to leave the tag out of the model)"
+            f"(human: {models['human']}; judge: {models['judge']}; the model of a judged "
+            f"copy <model>.<tag>.jsonl is its name less the tag: pass --judge-tag TAG if its "
+            f"rows lack judge_model)"
         )
     return both, unmatched
 

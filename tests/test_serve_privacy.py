@@ -151,7 +151,7 @@ def test_differencing_gives_noise_and_the_budget_refuses_once_spent(
     raced = service.store.submit("olive", MODEL, "main", {})
     job = service.wait(client, raced)
     assert job["status"] == "failed", job
-    assert job["reason"] == "privacy budget spent: no result was released"
+    assert job["reason"] == "privacy budget spent"
     assert client.get(f"/jobs/{raced}/result").status_code == 409
     assert sorted(p.name for p in service.config.results.iterdir()) == sorted(
         f"{i}.json" for i in ids

@@ -447,7 +447,7 @@ class Runner:
             job["user"], job["id"], accounting["epsilon_job"], config.epsilon_budget
         )
         if spent is None:
-            raise JobEnd("failed", "privacy budget spent: no result was released")
+            raise JobEnd("failed", "privacy budget spent")  # no result was released
         accounting.update(epsilon_budget=config.epsilon_budget, epsilon_spent=spent,
                           epsilon_left=max(config.epsilon_budget - spent, 0.0))  # fmt: skip
         return {

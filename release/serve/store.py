@@ -68,8 +68,10 @@ TOKEN_PREFIX = "rvx"
 FINAL = ("done", "failed", "cancelled")
 # Every reason a failed or cancelled job can give its user: a stage, never the model's own
 # output or exit status (those stay in the maintainers' log).
+# The only words a failed job's reason may hold: which stage ended it, never what the model
+# printed or its exit status. "privacy budget spent" depends on the user's budget alone.
 REASONS = ("model did not become healthy", "model exited", "evaluation failed", "timeout",
-           "cancelled")  # fmt: skip
+           "cancelled", "privacy budget spent")  # fmt: skip
 
 
 class AuthError(Exception):

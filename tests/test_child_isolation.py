@@ -21,7 +21,8 @@ from redvox.release import verify
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = ("builder", "release", "sources", "schemas", "noise")
 # `sys.executable` as the first word of a command, then what follows it
-LAUNCH = re.compile(r"""sys\.executable\s*\}?\s*,?\s*(?P<next>"[^"]*"|'[^']*'|\S+)""")
+# sys.executable as a command word, not as an argument (`Path(sys.executable).parent`)
+LAUNCH = re.compile(r"""(?<!\()sys\.executable\s*\}?\s*,?\s*(?P<next>"[^"]*"|'[^']*'|\S+)""")
 
 
 @pytest.fixture

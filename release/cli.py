@@ -193,7 +193,14 @@ def _stage_and_verify(
     from .stage import stage_release
 
     # StageError, GateError: UserErrors, one line at the CLI edge
-    footprint = stage_release(version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic)
+    footprint = stage_release(
+        version_dir,
+        repo_id,
+        staged,
+        dataset_set,
+        synthetic=config.synthetic,
+        contact=config.withdrawal_contact,
+    )
     click.echo(f"staged {staged}")
     click.echo(
         f"  audio: {footprint.rows} rows would carry {footprint.row_audio_bytes} bytes of audio "

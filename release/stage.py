@@ -57,6 +57,7 @@ from .representativeness import (
     read_report,
     releasable,
 )
+from .statistics import STAT_COLUMNS, set_statistics
 
 EVALUATOR = Path(__file__).resolve().parent / "evaluation"
 LOADING_SCRIPT = "loading_script/redvox.py"
@@ -233,6 +234,7 @@ def stage_release(
     dataset_set: str = PUBLIC,
     version: DatasetVersion | None = None,
     synthetic: bool = False,
+    contact: str | None = None,
 ) -> AudioFootprint:
     """Write the staged repo for `version_dir/<set>` into `out`; returns the audio footprint.
 
@@ -240,7 +242,9 @@ def stage_release(
     this very build (the hashes of its manifests), that passed or was overridden
     with a reason. `version` defaults to the declared version
     named by the manifest (pass it for a version not declared yet, e.g. a withdrawal);
-    `synthetic` (the input config's flag) says so in the card.
+    `synthetic` (the input config's flag) says so in the card; `contact` is the
+    private withdrawal contact the card names (the input config's `withdrawal_contact`;
+    required unless `synthetic`).
     """
     check_repo_id(repo_id)
     version_dir, out = Path(version_dir), Path(out)
@@ -276,7 +280,7 @@ def stage_release(
             )
     hashes = check_shard_hashes(folder, manifest)
     stats = shard_stats(folder)
-    meta_columns = read_columns(folder, ["user_id", "mother_tongue"])
+    meta_columns = read_columns(folder, ["mother_tongue", *STAT_COLUMNS])
     audit = json.loads((folder / "consent_audit.json").read_text(encoding="utf-8"))
     body = card_body(
         version,
@@ -289,6 +293,8 @@ def stage_release(
         tongues=Counter(meta_columns["mother_tongue"]),
         synthetic=synthetic,
         sample=first_row(folder),
+        statistics=set_statistics(meta_columns),
+        contact=contact,
     )
     card = render_card(
         ordered_all_config(card_metadata(manifest, repo_id, stats, hashes), stats), body

@@ -197,7 +197,7 @@ def test_stage_refuses_to_overwrite_a_folder_that_is_not_a_staging(demo_release,
     precious.mkdir()
     (precious / "chapter1.tex").write_text("...")
     with pytest.raises(StageError, match="not a staged RedVox release"):
-        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", precious)
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", precious, synthetic=True)
     assert (precious / "chapter1.tex").exists()
 
 
@@ -283,7 +283,7 @@ def test_stage_refuses_a_representativeness_report_of_an_earlier_build(demo_rele
     assert "Traceback" not in result.output
 
     assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
-    stage_release(version_dir, "FBK-MT/RedVox", staged)
+    stage_release(version_dir, "FBK-MT/RedVox", staged, synthetic=True)
     _, body = read_card(staged)
     counts = read_provenance(staged)["counts"]
     rows = sum(

@@ -47,7 +47,7 @@ from .manifest import (
     write_quarantine,
 )
 from .ownership import exclude_shared_audio
-from .provenance import record_inputs
+from .provenance import check_same_collection, record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
@@ -130,6 +130,7 @@ def build_version(
 def _build_locked(
     version: DatasetVersion, config: InputConfig, options: BuildOptions
 ) -> BuildReport:
+    check_same_collection(Path(options.out) / version.version, config)
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
     context = _prepare(version, config, options)

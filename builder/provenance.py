@@ -8,6 +8,12 @@ its inputs differ from the build's, since the consent check of a release must re
 the registries of the collection that was built, not another one (the demo's, say).
 The consent registry itself may have changed since the build: verify re-reads it
 on purpose, so that a withdrawal recorded after the build stops the release.
+
+A build never replaces a build of another collection: `OUT/<version>` whose record
+names other input files (another contributions manifest, say: the demo's, when
+`make release RELEASE_CONFIG=mine.yaml` is pointed at the demo's OUT) is refused
+(`check_same_collection`). Edited files at the same paths are the same collection,
+rebuilt.
 """
 
 from __future__ import annotations
@@ -23,6 +29,10 @@ from .write import atomic_write_bytes
 BUILD_INPUTS = "build-inputs.json"
 # May differ between the build and a later release step (see the module docstring).
 MAY_CHANGE = ("consent",)
+# The input files that say which collection a build is of.
+COLLECTION_FILES = (
+    "shades", "malert", "contributions", "audio_root", "participants", "consent", "noise_bank",
+)  # fmt: skip
 
 
 class InputsMismatchError(UserError):
@@ -47,6 +57,27 @@ def recorded_inputs(version_dir: Path) -> tuple[InputConfig, dict[str, str]] | N
         raise UserError(
             f"{path}: unreadable record of the build's inputs ({exc}); rebuild"
         ) from None
+
+
+def check_same_collection(version_dir: Path, config: InputConfig) -> None:
+    """Refuse to build into `version_dir` when it holds a build of other input files."""
+    path = Path(version_dir) / BUILD_INPUTS
+    recorded = recorded_inputs(version_dir)
+    if recorded is None:
+        return
+    before = recorded[0]
+    differ = [
+        name
+        for name in COLLECTION_FILES
+        if Path(getattr(before, name)).resolve() != Path(getattr(config, name)).resolve()
+    ]
+    if differ:
+        name = differ[0]
+        raise InputsMismatchError(
+            f"{version_dir}: holds a build of other inputs ({path} names {name} "
+            f"{getattr(before, name)}, this config {getattr(config, name)}); build into "
+            "another --out (make release: OUT=DIR), or delete that folder to replace it"
+        )
 
 
 def inputs_of_build(

@@ -42,7 +42,8 @@ SOURCE_DATASETS = ["extended|LanguageShades/BiasShades", "extended|felfri/M-ALER
 # A withdrawal is asked for privately (an e-mail or postal address of the data
 # controller, `withdrawal_contact` of the input config), never only on the public
 # Community tab. The demo corpus names a reserved example.org address, marked.
-PLACEHOLDER_DOMAINS = ("example.org", "example.com", "example.net", "example.invalid")
+# Reserved for examples (RFC 2606): a contact there reaches no one.
+PLACEHOLDER_DOMAINS = ("example.org", "example.com", "example.net", "example", "invalid", "test")
 ALL_CONFIG = "all"
 LICENSE_NAME = "redvox-research-terms"
 INTENDED_USES = (
@@ -516,7 +517,7 @@ def reference_results_section(report: Mapping[str, Any] | None) -> str:
     return (
         "**Placeholder: no reference results are published with this build** (it was staged "
         "without judged model outputs). To compute them for a model: write its outputs as "
-        "in *How to run a model*, then\n\n```bash\n"
+        "in *How to run a model*, then, in the downloaded folder (`cd redvox`):\n\n```bash\n"
         "python evaluation/evaluate.py judge outputs/ --base-url URL --model JUDGE --out judged/\n"
         "python evaluation/evaluate.py report judged/ --out report/\n```\n\n"
         "`report/report.md` then holds the percentages of unsafe (U), controversial (C) and "

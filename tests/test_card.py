@@ -299,6 +299,7 @@ def test_withdrawals_have_a_private_contact(card, demo_release, tmp_path):
         ("  ", "names no private withdrawal contact"),
         ("withdraw@example.org", "is a placeholder address"),
         ("Privacy <dpo@lists.EXAMPLE.com>", "is a placeholder address"),
+        ("privacy@your-institution.example", "is a placeholder address"),  # the README's
         ("dpo@site.org\nBcc: x", "one line of at most 200 characters"),
     ]:
         out = tmp_path / "staged"

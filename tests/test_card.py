@@ -8,6 +8,7 @@ from collections import Counter
 
 import pyarrow.parquet as pq
 import pytest
+from test_release_stage import staged_v1_1  # noqa: F401 (a fixture)
 
 from redvox.release.card import (
     ARXIV_ID,
@@ -30,13 +31,23 @@ SECTIONS = (
 )  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def card(demo_release):
-    meta, body = read_card(demo_release["staged"])
+def staged_card(staged):
+    meta, body = read_card(staged)
     rows = []  # every column but the audio, read here, not through the card's own code
-    for shard in sorted((demo_release["staged"] / "data").glob("*/*.parquet")):
+    for shard in sorted((staged / "data").glob("*/*.parquet")):
         rows += pq.read_table(shard, columns=[c for c in COLUMNS if c != "audio"]).to_pylist()
     return meta, body, rows
+
+
+@pytest.fixture(scope="module")
+def card(demo_release):
+    return staged_card(demo_release["staged"])
+
+
+@pytest.fixture(scope="module")
+def card_v1_1(request):
+    """1.1.0 adds speech_noise_a, a condition of spoken rows (the recording, mixed)."""
+    return staged_card(request.getfixturevalue("staged_v1_1"))
 
 
 def section(body: str, name: str) -> str:
@@ -176,10 +187,12 @@ def statistics_rows(text: str, first: str) -> list[list[str]]:
     return out
 
 
-def test_statistics_are_those_of_the_staged_rows(card):
+@pytest.mark.parametrize("which", ["card", "card_v1_1"])
+def test_statistics_are_those_of_the_staged_rows(which, request):
     """Hours, speakers, contributions and rows without a transcript, per language and per
-    language and audio type, equal those recomputed here from the staged parquet."""
-    _, body, rows = card
+    language and audio type, equal those recomputed here from the staged parquet (1.0.0,
+    and 1.1.0 whose speech_noise_a rows are spoken rows too)."""
+    _, body, rows = request.getfixturevalue(which)
     text = section(body, "Statistics")
     langs = [r["lang"] for r in rows]
     per_lang = {cells[0]: cells[1:] for cells in statistics_rows(text, "lang")}
@@ -341,3 +354,19 @@ def test_native_speaker_is_a_boolean_in_the_schema_and_the_instance(card):
     shown = json.loads(section(body, "Data instance").split("```json\n", 1)[1].split("```")[0])
     first = next(r for r in rows if r["lang"] == shown["lang"] and r["ID"] == shown["ID"])
     assert shown["native_speaker"] is first["native_speaker"]
+
+
+def test_a_condition_that_mixes_the_recording_is_lost_with_it(card_v1_1):
+    """In 1.1.0 a refused recording loses its speech_noise_a row too (it plays the
+    voice); its text rows remain, and the card says both."""
+    _, body, rows = card_v1_1
+    text = section(body, "Preprocessing")
+    assert "its speech row and its rows of the conditions that mix it (`speech_noise_a`)" in text
+    by_recording = {}
+    for r in rows:
+        by_recording.setdefault((r["lang"], r["original_id"], r["user_id"]), set()).add(
+            r["audio_type"]
+        )
+    text_only = [k for k, types in by_recording.items() if "speech" not in types]
+    assert text_only and all("speech_noise_a" not in by_recording[k] for k in text_only)
+    assert all("speech_noise_a" in t for t in by_recording.values() if "speech" in t)

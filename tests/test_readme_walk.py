@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 from model_server import AudioModel, Judge
+from test_loading_paths import old_datasets_python  # noqa: F401 (a fixture)
 
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
@@ -236,3 +237,52 @@ def test_the_readmes_commands_run_as_written(tmp_path, servers, copy_demo_cache)
     assert "| Qwen__Qwen2-Audio-7B-Instruct | 137 |" in harness.read_text()
     assert (tmp_path / "redvox" / "report" / "report.md").is_file()
     assert list((tmp_path / "redvox" / "outputs").rglob("*.gpt5-5.jsonl"))
+
+
+def test_the_cards_commands_run_as_written(tmp_path, servers, demo_release, request):
+    """The dataset card of a staged release, read as a Hub user reads it: the loading
+    recipes (the loading script with `datasets` 3.6), the inference loop (with a model
+    that always declines), the harness, the evaluator's help, judge and report."""
+    shutil.copytree(demo_release["staged"], tmp_path / "redvox")  # `hf download` gives this
+    card = (tmp_path / "redvox" / "README.md").read_text(encoding="utf-8")
+    walk = new_walk(tmp_path, servers, tmp_path / "redvox")
+    # the card's placeholders are the repo id and tag: the repo id is the staged folder
+    walk.substitutions['"FBK-MT/RedVox"'] = json.dumps(str(tmp_path / "redvox"))
+    for block in blocks(card):
+        if block.lang == "bash":
+            walk.bash(block)
+        elif "loading_script/redvox.py" in block.code:
+            try:  # datasets 3.6, in its own environment (tests/test_loading_paths.py)
+                old = request.getfixturevalue("old_datasets_python")
+            except pytest.skip.Exception as exc:
+                walk.skipped.append(f"loading-script block: {exc}")
+                continue
+            # the block continues the one above it, which imports load_dataset
+            printed = walk.python(block, python=str(old), prelude="from datasets import load_dataset\n",
+                                  replace={"\n)\n": ")\nprint(len(ds), ds['entry_key'][0])\n"})  # fmt: skip
+            assert printed.split()[0] == str(count_rows(tmp_path / "redvox", "en"))
+        elif block.heading == "How to run a model":
+            # the reader's model: this one declines everything
+            walk.python(block, cwd=tmp_path / "redvox", replace={
+                "raise NotImplementedError": 'return "I cannot help with that."'})  # fmt: skip
+        else:
+            walk.python(block)
+
+    ran = walk.outputs
+    written = (tmp_path / "redvox" / "outputs" / "my-model.jsonl").read_text().splitlines()
+    assert len(written) == count_rows(tmp_path / "redvox")
+    line = json.loads(written[0])
+    assert "audio" not in line and line["output"] == "I cannot help with that."
+    harness = tmp_path / "redvox" / "runs" / "qwen2-audio" / "report" / "report.md"
+    assert f"| Qwen__Qwen2-Audio-7B-Instruct | {len(written)} |" in harness.read_text()
+    assert "Usage:" in next(out for cmd, out in ran.items() if cmd.endswith("evaluate.py --help"))
+    report = (tmp_path / "redvox" / "report" / "report.md").read_text()
+    # the judged file is <model>.<judge model>.jsonl: the report names it so
+    assert f"| my-model.stand-in-judge | {len(written)} |" in report
+    assert any("hf download" in s for s in walk.skipped)
+
+
+def count_rows(staged: Path, lang: str = "*") -> int:
+    import pyarrow.parquet as pq
+
+    return sum(pq.read_metadata(s).num_rows for s in staged.glob(f"data/{lang}/*.parquet"))

@@ -137,7 +137,7 @@ class GroupStats:
     speakers: int  # distinct user_id
     spoken_rows: int  # modality speech: the recording, alone or mixed
     spoken_without_transcript: int  # spoken rows whose transcript is null
-    recordings: int  # distinct (source, item, speaker): one contribution each
+    recordings: int  # distinct (language, source, item, speaker): the contributions
     recordings_without_speech_row: int  # whose recording was refused: text rows only
 
     @property
@@ -155,7 +155,8 @@ class SetStatistics:
 
 
 def _recording(row: Mapping) -> tuple:
-    return (row["source"], row["original_id"], row["user_id"])
+    """One contribution: a speaker's take of one item in one language."""
+    return (row["lang"], row["source"], row["original_id"], row["user_id"])
 
 
 def _group(rows: Sequence[Mapping]) -> GroupStats:

@@ -203,7 +203,7 @@ def test_statistics_are_those_of_the_staged_rows(which, request):
         spoken = [r for r in group if r["modality"] == "speech"]
         expected = [
             len({r["user_id"] for r in group}),
-            len({(r["source"], r["original_id"], r["user_id"]) for r in group}),
+            len({(r["lang"], r["source"], r["original_id"], r["user_id"]) for r in group}),
             len(speech),
             f"{sum(r['duration_s'] for r in speech) / 3600:.3f}",
             len(group),
@@ -370,3 +370,25 @@ def test_a_condition_that_mixes_the_recording_is_lost_with_it(card_v1_1):
     text_only = [k for k, types in by_recording.items() if "speech" not in types]
     assert text_only and all("speech_noise_a" not in by_recording[k] for k in text_only)
     assert all("speech_noise_a" in t for t in by_recording.values() if "speech" in t)
+
+
+def test_statistics_count_each_languages_take_and_each_spoken_row():
+    """One speaker reading one item in two languages is two contributions; a mixed
+    speech row without a transcript counts as spoken; a text row never does."""
+    from redvox.release.statistics import STAT_COLUMNS, set_statistics
+
+    rows = [  # lang, audio_type, modality, user_id, duration_s, transcript, source, item
+        ("en", "speech", "speech", "u1", 2.0, "hi", "shades", "1.0"),
+        ("en", "speech_noise_a", "speech", "u1", 2.0, None, "shades", "1.0"),
+        ("en", "silence", "text", "u1", 6.0, None, "shades", "1.0"),
+        ("de", "speech", "speech", "u1", 3.0, None, "shades", "1.0"),
+        ("de", "silence", "text", "u2", 6.0, None, "m-alert", "7"),  # recording refused
+    ]
+    stats = set_statistics({c: [r[i] for r in rows] for i, c in enumerate(STAT_COLUMNS)})
+    assert (stats.total.recordings, stats.total.speakers, stats.total.rows) == (3, 2, 5)
+    assert stats.total.spoken_rows == 3 and stats.total.spoken_without_transcript == 2
+    assert stats.total.seconds == 19.0
+    assert stats.by_lang["en"].recordings_without_speech_row == 0
+    assert stats.by_lang["de"].recordings_without_speech_row == 1
+    assert stats.by_type["en"]["speech_noise_a"].spoken_without_transcript == 1
+    assert stats.by_type["de"]["silence"].spoken_rows == 0

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 from scipy import stats
 
-from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE, SPEECH_MODALITY
 
 
 @dataclass(frozen=True)
@@ -160,7 +160,7 @@ def _recording(row: Mapping) -> tuple:
 
 
 def _group(rows: Sequence[Mapping]) -> GroupStats:
-    spoken = [r for r in rows if r["modality"] == "speech"]
+    spoken = [r for r in rows if r["modality"] == SPEECH_MODALITY]
     recordings = {_recording(r) for r in rows}
     heard = {_recording(r) for r in rows if r["audio_type"] == SPEECH_AUDIO_TYPE}
     return GroupStats(

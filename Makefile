@@ -59,11 +59,12 @@ release: venv ## build -> representativeness -> stage -> verify -> push into OUT
 	@echo "the staged Hub folder: $(OUT)/$$($(BIN)/python -c 'from redvox.builder.versions import get_version; print(get_version($(if $(VERSION),"$(VERSION)",None)).version)')/staged"
 	@echo "redvox is not on your PATH: run $(BIN)/redvox, or 'source $(BIN)/activate' first"
 
-bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness, covert channel of serve results (~8 min)
 	$(BIN)/python bench/bench_build.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py
 	$(BIN)/python bench/bench_infer.py
+	$(BIN)/python bench/bench_covert.py --scale 1
 
 bench-scale: venv ## cold builds at SCALES (default 0.5,1,10; 10 is ~15k recordings, 17 h): seconds per audio hour and peak RSS per scale
 	$(BIN)/python bench/bench_scale.py --scales $(SCALES) --workers $(BENCH_WORKERS)

@@ -84,8 +84,10 @@ def run_stage(config: Path, out: Path) -> dict:
 
     version_dir = out / "1.0.0"
     gate = CliRunner().invoke(
-        main, ["release", "represent", str(version_dir), "--override-gate", "bench"]
-    )
+        main,
+        ["release", "represent", str(version_dir), "--override-gate", "bench",
+         "--config", str(config)],
+    )  # fmt: skip
     if gate.exit_code != 0:
         raise SystemExit(gate.output)
     start = time.perf_counter()
@@ -95,6 +97,7 @@ def run_stage(config: Path, out: Path) -> dict:
         version_dir / "staged",
         "public",
         synthetic=InputConfig.load(config).synthetic,
+        config=InputConfig.load(config),
     )
     return {
         "seconds": time.perf_counter() - start,
@@ -111,7 +114,9 @@ def run_verify(config: Path, out: Path) -> dict:
     from redvox.schemas import InputConfig
 
     start = time.perf_counter()
-    result = verify_staged(out / "1.0.0" / "staged", config=InputConfig.load(config))
+    result = verify_staged(
+        out / "1.0.0" / "staged", config=InputConfig.load(config), build=out / "1.0.0"
+    )
     seconds = time.perf_counter() - start
     if not result.ok:
         raise SystemExit(result.summary())

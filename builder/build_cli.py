@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import click
 from tabulate import tabulate
 
 from redvox.noise import mixes_speech
-from redvox.schemas import DEMO_CONFIG, InputConfig
-from redvox.schemas.vocab import SETS
+from redvox.schemas import DEMO_CONFIG, InputConfig, ItemSelection
+from redvox.schemas.vocab import FULL, SETS
 from redvox.sources.cli import load_config
 from redvox.sources.cli_options import (
     cache_option,
@@ -18,7 +20,9 @@ from redvox.sources.cli_options import (
     set_option,
     workers_option,
 )
+from redvox.sources.selection import SELECTION_LABEL
 
+from .manifest import QUARANTINE, quarantine_summary
 from .versions import VERSIONS, get_version
 
 
@@ -56,17 +60,22 @@ def build(
     config = load_config(config_path)
     options = BuildOptions(out=out, sets=sets, workers=workers, cache_dir=cache_dir)
     report = build_version(version, config, options)
-    click.echo(summary(report))
+    click.echo(summary(report, version.config.items or config.items))
 
 
-def summary(report) -> str:
-    """Closing tables: rows per language x set, quarantine per reason, consent exclusions."""
+def summary(report, items: ItemSelection | None = None) -> str:
+    """Closing tables: rows per language x set, quarantine per reason, consent exclusions;
+    where each set's quarantine.jsonl lies, and, on lines of their own, the items the
+    selection (`items`) could not provide, which are no quarantined recordings."""
     sets = list(report.sets)
     langs = sorted({lang for s in report.sets.values() for lang in s.rows})
     rows = [[lang, *(report.sets[s].rows.get(lang, 0) for s in sets)] for lang in langs]
     rows.append(["total", *(sum(report.sets[s].rows.values()) for s in sets)])
-    reasons = sorted({r for s in report.sets.values() for r in s.quarantined})
-    quarantined = [[r, *(report.sets[s].quarantined.get(r, 0) for s in sets)] for r in reasons]
+    shortfalls = _selection_records(report, items)
+    selection_labels = quarantine_summary(map(_as_record, shortfalls))
+    counts = {s: report.sets[s].quarantined - selection_labels for s in sets}
+    reasons = sorted({r for s in sets for r in counts[s]})
+    quarantined = [[r, *(counts[s].get(r, 0) for s in sets)] for r in reasons]
     states = sorted({st for s in report.sets.values() for st in s.excluded_participants})
     excluded = [
         [st, *(report.sets[s].excluded_participants.get(st, 0) for s in sets)] for st in states
@@ -74,9 +83,13 @@ def summary(report) -> str:
     parts = [
         f"RedVox {report.version}: " + ", ".join(f"{s} -> {report.sets[s].folder}" for s in sets),
         tabulate(rows, headers=["rows", *sets]),
-        tabulate(quarantined or [["(none)"]], headers=["quarantined", *sets]),
+        tabulate(quarantined or [["(none)"]], headers=["quarantined", *sets])
+        + "\nquarantine reports: "
+        + ", ".join(f"{s} -> {report.sets[s].folder / QUARANTINE}" for s in sets),
         tabulate(excluded or [["(none)"]], headers=["excluded participants", *sets]),
     ]
+    if shortfalls:
+        parts.append("\n".join(_shortfall_lines(shortfalls)))
     repaired = {s: n for s in sets if (n := report.sets[s].shards_repaired)}
     if repaired:
         parts.append(
@@ -90,6 +103,41 @@ def summary(report) -> str:
             f"cache: {discarded} damaged entries were removed and recomputed (see the warnings)"
         )
     return "\n\n".join(parts)
+
+
+def _selection_records(report, items: ItemSelection | None) -> list[dict]:
+    """The records of the full set's quarantine.jsonl that the item selection wrote (a
+    stratum with fewer usable items than asked, a pinned key with no usable item); they
+    are in both sets alike. The public report names no files: without the full set,
+    none are told apart."""
+    if FULL not in report.sets:
+        return []
+    files = {SELECTION_LABEL, f"{SELECTION_LABEL}.item_keys"}
+    if items is not None and items.item_keys_file is not None:
+        files.add(items.item_keys_file.name)
+    path = report.sets[FULL].folder / QUARANTINE
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    return [r for r in records if r.get("stage") == "join" and r.get("file") in files]
+
+
+def _as_record(record: dict) -> SimpleNamespace:
+    return SimpleNamespace(**{k: record.get(k) for k in ("stage", "file", "field", "reason")})
+
+
+def _shortfall_lines(records: list[dict]) -> list[str]:
+    """One line per stratum drawn short, one for the pinned keys that have no item."""
+    drawn = [r for r in records if r.get("file") == SELECTION_LABEL and r.get("field")]
+    pinned = [r for r in records if r not in drawn]
+    lines = [f"items short: {r['field']}: {r['reason']}" for r in drawn]
+    if pinned:
+        rows = sorted({(r["file"], r["row"] or 0) for r in pinned})
+        where = ", ".join(f"{file} line {row}" for file, row in rows)
+        lines.append(
+            f"items short: {len(pinned)} lines of the pinned item keys give no item ({where}); "
+            "the full quarantine report says why, `redvox sources check` lists the "
+            "SHADES/M-ALERT rows behind them"
+        )
+    return lines
 
 
 @click.group()

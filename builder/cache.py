@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self, TypeVar
 
 from redvox.schemas.errors import UserError
+from redvox.schemas.layout import sha256_file
 
 from .write import atomic_write_bytes
 
@@ -100,11 +101,13 @@ class BuildCache:
 
     def _read_blob(self, digest: str) -> bytes | None:
         path = self._blob_path(digest)
+        blocks: list[bytes] = []
         try:
-            data = path.read_bytes()
+            actual = sha256_file(path, on_block=blocks.append)  # one read: hashed and kept
         except FileNotFoundError:
             return None
-        if hashlib.sha256(data).hexdigest() != digest:
+        data = b"".join(blocks)
+        if actual != digest:
             self._discard(path, "blob", "its content does not hash to its name")
             self._verified.discard(digest)
             return None

@@ -130,12 +130,12 @@ def build_version(
 def _build_locked(
     version: DatasetVersion, config: InputConfig, options: BuildOptions
 ) -> BuildReport:
-    check_same_collection(Path(options.out) / version.version, config)
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
+    check_same_collection(Path(options.out) / version.version, config)
     context = _prepare(version, config, options)
     report = BuildReport(version.version)
-    record_inputs(Path(options.out) / version.version, config, context.inputs_hashes)
+    record_inputs(Path(options.out) / version.version, context.inputs_hashes)
     for dataset_set in options.sets:
         folder = Path(options.out) / version.version / dataset_set
         report.sets[dataset_set] = write_set(context, dataset_set, folder)

@@ -22,7 +22,7 @@ from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.sources.musan import NoiseBank
 
 from .kind import ClipParams, NoiseKindModule
-from .seeding import PARAM_BOUNDS, SHARED_KEY, ConditionError, rng_for
+from .seeding import SHARED_KEY, Bound, ConditionError, rng_for
 
 KINDS: dict[str, NoiseKindModule] = {}
 
@@ -32,6 +32,8 @@ def register_kind(module: NoiseKindModule) -> NoiseKindModule:
     if (
         not isinstance(module, NoiseKindModule)
         or not isinstance(module.MIXES_SPEECH, bool)
+        or not isinstance(module.BOUNDS, Mapping)
+        or not all(isinstance(k, str) and isinstance(b, Bound) for k, b in module.BOUNDS.items())
         or not (isinstance(module.PARAMS, type) and issubclass(module.PARAMS, ClipParams))
         or module.PARAMS.KIND != module.KIND
     ):
@@ -77,7 +79,7 @@ def renders_one_clip(condition: NoiseCondition) -> bool:
 
 def check_condition(condition: NoiseCondition) -> None:
     """Validate a condition's params before a build starts drawing from them: known keys,
-    [min, max] ranges of finite numbers within PARAM_BOUNDS; ConditionError otherwise."""
+    [min, max] ranges of finite numbers within the kind's BOUNDS; ConditionError otherwise."""
     kind_module(condition.kind).check_condition(condition)
 
 
@@ -122,8 +124,8 @@ def params_from_json(text: str) -> ClipParams:
 
 __all__ = [
     "KINDS",
+    "Bound",
     "ClipParams",
-    "PARAM_BOUNDS",
     "SHARED_KEY",
     "ConditionError",
     "NoiseKindModule",

@@ -14,11 +14,12 @@ from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError
 
 from .excerpt import ExcerptParams, sample_excerpt
-from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
-from .seeding import db_range
+from .levels import LEVEL_DBFS, clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
+from .seeding import checked_ranges
 
 KIND = "ambient"
 MIXES_SPEECH = False
+BOUNDS = {"level_dbfs": LEVEL_DBFS}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -30,7 +31,7 @@ PARAMS = AmbientParams
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
-    return db_range(condition, "level_dbfs")
+    return checked_ranges(condition, BOUNDS)
 
 
 def sample_params(

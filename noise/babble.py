@@ -18,18 +18,13 @@ from redvox.schemas import NoiseCondition
 from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 
 from .kind import ClipParams, field_values
-from .levels import clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
-from .seeding import (
-    ConditionError,
-    check_param_keys,
-    draw_db,
-    draw_offset,
-    param_range,
-    usable_files,
-)
+from .levels import LEVEL_DBFS, clip_to_full_scale, is_silent, num_samples, scale_to_dbfs
+from .seeding import Bound, ConditionError, checked_ranges, draw_db, draw_offset, usable_files
 
 KIND = "babble"
 MIXES_SPEECH = False
+# Distinct voices: one is no crowd's worth of babble below 1, and above 16 it is a noise floor.
+BOUNDS = {"speakers": Bound(1, 16, "speakers", integer=True), "level_dbfs": LEVEL_DBFS}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,11 +58,7 @@ PARAMS = BabbleParams
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
-    check_param_keys(condition, {"speakers", "level_dbfs"})
-    return {
-        "speakers": param_range(condition, "speakers", integer=True),
-        "level_dbfs": param_range(condition, "level_dbfs"),
-    }
+    return checked_ranges(condition, BOUNDS)
 
 
 def sample_params(

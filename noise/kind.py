@@ -24,7 +24,7 @@ from redvox.schemas import SAMPLE_RATE, NoiseCondition
 from redvox.schemas.fields import checked
 from redvox.sources.musan import NoiseBank
 
-from .seeding import ConditionError
+from .seeding import Bound, ConditionError
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -96,6 +96,10 @@ class NoiseKindModule(Protocol):
     MIXES_SPEECH: bool
     # The record of one clip's draws (a ClipParams subclass whose KIND is the kind's).
     PARAMS: type[ClipParams]
+    # The physical bounds of each `params` range the kind draws from, by key: the kind
+    # owns them (seeding.checked_ranges checks a condition against them), and the tests
+    # of every registered kind derive valid and invalid conditions from them.
+    BOUNDS: Mapping[str, Bound]
 
     def check_condition(self, condition: NoiseCondition) -> None:
         """Raise ConditionError when the condition's params do not fit the kind."""

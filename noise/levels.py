@@ -12,6 +12,10 @@ import numpy as np
 
 from redvox.schemas import SAMPLE_RATE
 
+from .seeding import Bound
+
+# The absolute RMS level of a clip (ambient, babble): below -80 dBFS it is near silence.
+LEVEL_DBFS = Bound(-80.0, 0.0, "dBFS")
 # Below this RMS (-180 dBFS) a signal is digital silence: it cannot be scaled to a level.
 SILENT_RMS = 1e-9
 

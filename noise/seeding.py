@@ -8,6 +8,8 @@ other conditions exist, or on any global RNG state.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -20,19 +22,19 @@ from redvox.sources.musan import NoiseBank, NoiseBankError, NoiseFile
 SHARED_KEY = "__shared__"
 # Looping a shorter snippet turns noise or speech into an audible periodic buzz.
 MIN_SOURCE_S = 1.0
-# Physical bounds of every condition parameter, inclusive: the one place they live.
-# Outside them a range is a typo or a unit mistake, not a condition: an SNR of 1e308
-# overflows, -400 dBFS renders digital silence, 100 speakers are no longer babble.
-#   snr_db      [-20, 60] dB    speech-to-noise ratio of speech_ambient
-#   level_dbfs  [-80, 0] dBFS   absolute RMS level of ambient and babble
-#   speakers    [1, 16]         distinct voices of babble (integers)
-# A condition's duration_s lies in (0, 60] s and its name matches ^[a-z][a-z0-9_]*$
-# in at most 64 characters (both checked by NoiseCondition itself).
-PARAM_BOUNDS: dict[str, tuple[float, float, str]] = {
-    "snr_db": (-20.0, 60.0, "dB"),
-    "level_dbfs": (-80.0, 0.0, "dBFS"),
-    "speakers": (1, 16, "speakers"),
-}
+
+
+@dataclass(frozen=True)
+class Bound:
+    """The physical bounds of one condition parameter, inclusive. Each kind declares its
+    own (`BOUNDS` in its module, e.g. babble's speakers [1, 16]): outside them a range is a
+    typo or a unit mistake, not a condition (an SNR of 1e308 overflows, -400 dBFS renders
+    digital silence, 100 speakers are no longer babble)."""
+
+    low: float
+    high: float
+    unit: str
+    integer: bool = False
 
 
 class ConditionError(UserError, ValueError):
@@ -44,12 +46,10 @@ def rng_for(seed: int, entry_key: str, condition: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence(int.from_bytes(digest, "big")))
 
 
-def param_range(
-    condition: NoiseCondition, key: str, *, integer: bool = False
-) -> tuple[float, float]:
-    """`condition.params[key]` as a validated `(min, max)` pair within PARAM_BOUNDS[key]."""
+def param_range(condition: NoiseCondition, key: str, bound: Bound) -> tuple[float, float]:
+    """`condition.params[key]` as a validated `(min, max)` pair within BOUND."""
     where = f"condition {condition.name!r} ({condition.kind}), params.{key}"
-    lowest, highest, unit = PARAM_BOUNDS[key]
+    lowest, highest, unit, integer = bound.low, bound.high, bound.unit, bound.integer
     allowed = f"{key} must lie within [{lowest}, {highest}] {unit}"
     if key not in condition.params:
         raise ConditionError(f"{where}: missing; give a [min, max] range")
@@ -108,8 +108,10 @@ def usable_files(bank: NoiseBank, category: str) -> list[NoiseFile]:
     return usable
 
 
-def db_range(condition: NoiseCondition, key: str) -> dict[str, tuple[float, float]]:
-    """The checked range of a kind whose one param is the dB range `key` (ambient's
-    level_dbfs, speech_ambient's snr_db): `{key: (min, max)}`."""
-    check_param_keys(condition, {key})
-    return {key: param_range(condition, key)}
+def checked_ranges(
+    condition: NoiseCondition, bounds: Mapping[str, Bound]
+) -> dict[str, tuple[float, float]]:
+    """The condition's params checked against a kind's BOUNDS: exactly those keys, each a
+    [min, max] range within its bound; `{key: (min, max)}` in the order of BOUNDS."""
+    check_param_keys(condition, set(bounds))
+    return {key: param_range(condition, key, bound) for key, bound in bounds.items()}

@@ -11,10 +11,11 @@ from redvox.sources.musan import NoiseBank
 
 from .kind import ClipParams
 from .levels import num_samples
-from .seeding import check_param_keys
+from .seeding import checked_ranges
 
 KIND = "silence"
 MIXES_SPEECH = False
+BOUNDS: dict = {}  # nothing is drawn
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -26,7 +27,7 @@ PARAMS = SilenceParams
 
 
 def check_condition(condition: NoiseCondition) -> None:
-    check_param_keys(condition, set())
+    checked_ranges(condition, BOUNDS)
 
 
 def sample_params(

@@ -26,10 +26,12 @@ from redvox.sources.musan import NoiseBank, NoiseBankError
 
 from .excerpt import ExcerptParams, sample_excerpt
 from .levels import is_silent, num_samples
-from .seeding import db_range
+from .seeding import Bound, checked_ranges
 
 KIND = "speech_ambient"
 MIXES_SPEECH = True
+# Speech-to-noise ratio: beyond 60 dB the noise is inaudible, below -20 dB the speech is.
+BOUNDS = {"snr_db": Bound(-20.0, 60.0, "dB")}
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -43,7 +45,7 @@ PARAMS = SpeechAmbientParams
 
 
 def check_condition(condition: NoiseCondition) -> dict[str, tuple[float, float]]:
-    return db_range(condition, "snr_db")
+    return checked_ranges(condition, BOUNDS)
 
 
 def sample_params(

@@ -69,18 +69,29 @@ other_inputs_option = click.option(
 
 
 def _inputs_of(version_dir: Path | None, config_path: Path | None, other_inputs: bool):
-    """The input config of the build in `version_dir` (see builder/provenance.py)."""
-    from redvox.builder.provenance import inputs_of_build
+    """The input config of a release step (`--config`, the demo corpus's when not given),
+    refused when its inputs differ from those the build in `version_dir` read (see
+    builder/provenance.py; its registries always must be the build's)."""
+    from redvox.builder.provenance import check_inputs
+    from redvox.schemas import DEMO_CONFIG
 
-    given = load_config(config_path) if config_path is not None else None
-    if version_dir is None:
-        if given is None:
-            _fail(
-                "no build to read the inputs from: pass --build OUT/<version> or --config "
-                "with the input config the release was built from"
-            )
-        return given
-    return inputs_of_build(version_dir, given, str(config_path), other_inputs=other_inputs)
+    if version_dir is None and config_path is None:
+        _fail(
+            "no build to read the inputs from: pass --build OUT/<version> or --config "
+            "with the input config the release was built from"
+        )
+    config = load_config(config_path)
+    from .consent import read_consent_view
+
+    read_consent_view(config)  # a registry row the build would refuse is named first
+    if version_dir is not None:
+        name = (
+            f"--config {config_path}"
+            if config_path is not None
+            else f"the demo corpus's input config {DEMO_CONFIG} (no --config given)"
+        )
+        check_inputs(version_dir, config, name, other_inputs=other_inputs)
+    return config
 
 
 def _build_of(staged: Path, version_dir: Path | None) -> Path | None:
@@ -115,20 +126,21 @@ def release() -> None:
 )
 @click.option("--override-gate", default=None, metavar="REASON",
               help="release despite a failed check; the reason is printed in the card")  # fmt: skip
-def represent(version_dir: Path, judged_public, judged_full, override_gate) -> None:
+@build_config_option
+@other_inputs_option
+def represent(
+    version_dir: Path, judged_public, judged_full, override_gate, config_path, other_inputs
+) -> None:
     """Compare the public set of VERSION_DIR (OUT/<version>) with the full set."""
-    report = _represent(version_dir, judged_public, judged_full, override_gate)
+    _represented_build(version_dir)  # a folder that cannot be represented says so first
+    config = _inputs_of(version_dir, config_path, other_inputs)
+    report = _represent(version_dir, judged_public, judged_full, override_gate, config)
     if not report["passed"] and not report["override"]:
         sys.exit(1)
 
 
-def _represent(version_dir: Path, judged_public, judged_full, override: str | None) -> dict:
-    from redvox.builder.versions import get_version
-
-    from . import representativeness as rep
-
-    if (judged_public is None) != (judged_full is None):
-        _fail("give both --judged-public and --judged-full, or neither")
+def _represented_build(version_dir: Path) -> dict:
+    """The public manifest of a version folder that holds both sets; one line otherwise."""
     if version_dir.name in SETS and not (version_dir / PUBLIC).is_dir():
         _fail(
             f"{version_dir}: a set folder; give its version folder {version_dir.parent} "
@@ -141,6 +153,24 @@ def _represent(version_dir: Path, judged_public, judged_full, override: str | No
             "set it was made from); represent the version it was made from, e.g. "
             f"{version_dir.parent / manifest['version'].split('+')[0]}"
         )
+    return manifest
+
+
+def _represent(
+    version_dir: Path, judged_public, judged_full, override: str | None, config: InputConfig
+) -> dict:
+    from redvox.builder.versions import get_version
+
+    from . import representativeness as rep
+    from .consent import refuse_outsiders, release_consent
+
+    if (judged_public is None) != (judged_full is None):
+        _fail("give both --judged-public and --judged-full, or neither")
+    manifest = _represented_build(version_dir)
+    # Who is in each set, against the registries today, whatever the folders are called.
+    view = release_consent(config, version_dir)
+    for dataset_set in (PUBLIC, FULL):
+        refuse_outsiders(version_dir / dataset_set, view, dataset_set)
     thresholds = get_version(manifest["version"]).config.representativeness
     public = rep.read_metadata(version_dir / PUBLIC)
     full = rep.read_metadata(version_dir / FULL)
@@ -199,6 +229,7 @@ def _stage_and_verify(
         staged,
         dataset_set,
         synthetic=config.synthetic,
+        config=config,
         contact=config.withdrawal_contact,
     )
     click.echo(f"staged {staged}")
@@ -208,7 +239,7 @@ def _stage_and_verify(
         f"({footprint.distinct_audio_bytes} bytes) in {footprint.file_bytes} bytes of parquet"
     )
     manifest = _build_manifest(version_dir / dataset_set)
-    return _verify(staged, config, repo_id=repo_id, manifest=manifest)
+    return _verify(staged, config, repo_id=repo_id, manifest=manifest, build=version_dir)
 
 
 def _verify(staged: Path, config: InputConfig, **kwargs):
@@ -245,8 +276,9 @@ def verify(staged: Path, repo_id, version_dir, config_path, other_inputs) -> Non
         from huggingface_hub import HfApi
 
         api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    config = _inputs_of(_build_of(staged, version_dir), config_path, other_inputs)
-    _verify(staged, config, repo_id=repo_id, manifest=manifest, api=api)
+    build = _build_of(staged, version_dir)
+    config = _inputs_of(build, config_path, other_inputs)
+    _verify(staged, config, repo_id=repo_id, manifest=manifest, api=api, build=build)
 
 
 @release.command()
@@ -264,15 +296,22 @@ def push(
     """Verify STAGED again and publish it to REPO_ID (token: HF_TOKEN or `hf auth login`)."""
     from .push import resolve_token
 
-    config = _inputs_of(_build_of(staged, version_dir), config_path, other_inputs)
+    build = _build_of(staged, version_dir)
+    config = _inputs_of(build, config_path, other_inputs)
     token = resolve_token()
     if not token:
         _fail("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
-    _push(staged, repo_id, public, config, token, timeout)
+    _push(staged, repo_id, public, config, token, timeout, build)
 
 
 def _push(
-    staged: Path, repo_id: str, public: bool, config: InputConfig, token: str, timeout: float
+    staged: Path,
+    repo_id: str,
+    public: bool,
+    config: InputConfig,
+    token: str,
+    timeout: float,
+    build: Path | None,
 ):
     from huggingface_hub import HfApi
 
@@ -282,7 +321,7 @@ def _push(
     use_request_timeout(timeout)
     # HF_ENDPOINT is read again here: huggingface_hub reads it only at import time.
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT") or None, token=token)
-    verifier = functools.partial(verify_staged, config=config)
+    verifier = functools.partial(verify_staged, config=config, build=build)
     commit = push_release(staged, repo_id, public=public, api=api, verify=verifier, echo=click.echo)
     click.echo(f"pushed {staged} to {repo_id} at commit {commit}")
 
@@ -354,7 +393,7 @@ def _run(
     click.echo(summary(build_version(declared, config, BuildOptions(out=out, workers=workers))))
     version_dir = out / declared.version
     click.echo("== representativeness")
-    report = _represent(version_dir, None, None, override_gate)
+    report = _represent(version_dir, None, None, override_gate, config)
     if not report["passed"] and not report["override"] and config.synthetic:
         # The demo corpus has a handful of made-up speakers: too few to be
         # representative. Say so in the card rather than stop the demo release.
@@ -364,7 +403,7 @@ def _run(
             "representative: the gate is reported, not enforced"
         )
         click.echo(f"overriding the gate: {reason}")
-        report = _represent(version_dir, None, None, reason)
+        report = _represent(version_dir, None, None, reason, config)
     if not report["passed"] and not report["override"]:
         _fail(
             "the representativeness gate failed; see the report, fix the set or pass --override-gate REASON (make release: OVERRIDE_GATE=REASON)"
@@ -385,4 +424,4 @@ def _run(
         click.echo(dry_run_listing(plan_push(staged, repo_id or DEFAULT_REPO, public), missing))
         return
     click.echo(f"== push to {repo_id}")
-    _push(staged, repo_id, public, config, token, timeout)
+    _push(staged, repo_id, public, config, token, timeout, version_dir)

@@ -30,7 +30,7 @@ import pyarrow.parquet as pq
 
 from redvox.builder.manifest import read_manifest
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
-from redvox.schemas import LANGUAGES
+from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import PUBLIC
@@ -49,6 +49,7 @@ from .card import (
     render_card,
     render_provenance,
 )
+from .consent import refuse_outsiders, release_consent
 from .representativeness import (
     REPORT_JSON,
     GateError,
@@ -234,9 +235,15 @@ def stage_release(
     dataset_set: str = PUBLIC,
     version: DatasetVersion | None = None,
     synthetic: bool = False,
+    config: InputConfig | None = None,
     contact: str | None = None,
 ) -> AudioFootprint:
     """Write the staged repo for `version_dir/<set>` into `out`; returns the audio footprint.
+
+    Consent first (release/consent.py): the registries of `config` (the input config of
+    the build; the embedded demo corpus's when None, as `--config` defaults) are read
+    through the build's fail-closed reader, must be the ones the build read, and every
+    user_id of the set must have consent for it today; otherwise nothing is staged.
 
     A public set needs a representativeness report in `version_dir`, computed on
     this very build (the hashes of its manifests), that passed or was overridden
@@ -244,9 +251,12 @@ def stage_release(
     named by the manifest (pass it for a version not declared yet, e.g. a withdrawal);
     `synthetic` (the input config's flag) says so in the card; `contact` is the
     private withdrawal contact the card names (the input config's `withdrawal_contact`;
-    required unless `synthetic`).
+    required unless `synthetic`); both are taken from `config` when it is given.
     """
     check_repo_id(repo_id)
+    if config is not None:  # the card's demo flag and contact come with the inputs
+        synthetic = synthetic or config.synthetic
+        contact = contact or config.withdrawal_contact
     version_dir, out = Path(version_dir), Path(out)
     folder = set_dir(version_dir, dataset_set)
     if not (folder / "manifest.json").is_file():
@@ -255,6 +265,8 @@ def stage_release(
             "(VERSION_DIR is OUT/<version>)"
         )
     manifest = read_manifest(folder)
+    view = release_consent(config or InputConfig.load(DEMO_CONFIG), version_dir)
+    refuse_outsiders(folder, view, dataset_set)
     version = version or get_version(manifest["version"])
     report = None
     if dataset_set == PUBLIC:

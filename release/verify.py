@@ -34,8 +34,8 @@ from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
 from redvox.schemas.vocab import FULL, PUBLIC
 
-from .card import ALL_CONFIG, SPLIT, CardError, read_card, staged_provenance
-from .stage import LOADING_SCRIPT, TOP_LEVEL, staged_files
+from .card import ALL_CONFIG, SPLIT, TEMPLATES, CardError, read_card, staged_provenance
+from .stage import EVALUATOR, LOADING_SCRIPT, TOP_LEVEL, staged_files
 
 DURATION_TOLERANCE_S = 0.002
 # Threads that decode clips (soundfile and torchcodec release the GIL while decoding).
@@ -78,75 +78,129 @@ class VerificationResult:
         return "\n".join(f"  {p}" for p in self.problems)
 
 
-class Needles:
-    """Finds any of many literal strings (each >= 4 characters) in a text at once:
-    indexed by their first 4 characters, so a text costs one set lookup per
-    position, not one substring search per string."""
+# A token: a run of the characters keys and file names are made of. A private string is
+# found only as a whole token or a whole cell value, never inside an ordinary word
+# (a key `en` is not found in `entry`, nor `audio` in `audio_type`).
+_TOKEN = re.compile(r"[\w@.+-]+")
+# Columns whose values come from a vocabulary (or a public source id): a private string
+# spelled like one of their values (a key `female`, `en` or `speech`) is that value there.
+VOCABULARY_COLUMNS = frozenset(
+    {"lang", "vulnerability_type", "attack_type", "audio_type", "modality", "gender",
+     "age_group", "mother_tongue", "source", "builder_version", "original_id"}
+)  # fmt: skip
 
-    def __init__(self, strings: Iterable[str]):
-        self.by_prefix: dict[str, list[str]] = {}
-        self.short: list[str] = []  # fewer than 4 characters: searched one by one
-        for s in strings:
-            if len(s) < 4:
-                self.short.append(s)
-            else:
-                self.by_prefix.setdefault(s[:4], []).append(s)
 
-    def found_in(self, text: str) -> bool:
-        if any(s in text for s in self.short):
-            return True
-        if not self.by_prefix or len(text) < 4:
-            return False
-        by_prefix = self.by_prefix
-        for i in range(len(text) - 3):
-            candidates = by_prefix.get(text[i : i + 4])
-            if candidates and any(text.startswith(s, i) for s in candidates):
-                return True
-        return False
+def tokens(text: str) -> set[str]:
+    """The tokens of `text`, each also without the full stops around it (end of a sentence)."""
+    found = set(_TOKEN.findall(text))
+    return found | {t.strip(".") for t in found}
 
 
 @dataclass(frozen=True)
 class Registry:
     """What verify needs from the private inputs: who may be in the set today, and
-    the strings that would identify someone if they leaked into the files."""
+    the strings that would identify someone if they leaked into the files.
+
+    `ordinary_words` are the words of what the release is made of in public (the
+    items' and contributions' texts, the vocabularies, the noise bank's file names,
+    the card and evaluator templates): a private string that is also one of them
+    (a key `speech`) cannot be told from that word, so it is only looked for as a
+    whole cell value outside the vocabulary columns, never as a token."""
 
     allowed_user_ids: frozenset[str]
-    private_strings: frozenset[str]  # participant keys, original file names
+    private_strings: frozenset[str]  # participant keys, original file names and paths
+    ordinary_words: frozenset[str] = frozenset()
 
     @property
-    def needles(self) -> Needles:
-        cached = self.__dict__.get("_needles")
+    def searchable(self) -> tuple[frozenset[str], tuple[str, ...]]:
+        """(private tokens that are no ordinary word, private strings of several tokens)."""
+        cached = self.__dict__.get("_searchable")
         if cached is None:
-            cached = Needles(self.private_strings)
-            object.__setattr__(self, "_needles", cached)
+            single = {s for s in self.private_strings if _TOKEN.fullmatch(s)}
+            phrases = tuple(sorted(self.private_strings - single))
+            cached = (frozenset(single - self.ordinary_words), phrases)
+            object.__setattr__(self, "_searchable", cached)
         return cached
 
+    def found_in(self, text: str) -> bool:
+        """Whether a private string that is no ordinary word is a token of `text` (one of
+        several tokens, such as a file name with a space: a part of `text`)."""
+        single, phrases = self.searchable
+        return not single.isdisjoint(tokens(text)) or any(p in text for p in phrases)
 
-def read_registry(config: InputConfig, dataset_set: str) -> Registry:
-    """Read the consent registry again (not the build's view of it)."""
-    from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
-    from redvox.schemas import resolve_consent
+    def leaks(self, column: str, value: str) -> bool:
+        if value in self.private_strings and column not in VOCABULARY_COLUMNS:
+            return True
+        return self.found_in(value)
+
+
+def read_registry(config: InputConfig, dataset_set: str, build: Path | None = None) -> Registry:
+    """Read the registries again, through the build's fail-closed reader (not the build's
+    view of them): ConsentRecheckError when a row cannot be read as the build reads it
+    or, with `build` (its version folder), when they changed since that build."""
     from redvox.sources.contributions import read_contributions
-    from redvox.sources.registry import read_consent, read_participants
 
-    key = load_pseudonym_key(config.pseudonym_key_file)
-    records: dict[str, list] = {}
-    for record in read_consent(config.consent).records:
-        records.setdefault(record.participant_key, []).append(record)
-    allowed = frozenset(
-        pseudonymize(key, participant)
-        for participant, rows in records.items()
-        if resolve_consent(rows).allows(dataset_set)
-    )
-    private = set(records)
-    private |= {p.participant_key for p in read_participants(config.participants).records}
-    for contribution in read_contributions(config.contributions, config.audio_root).records:
+    from .consent import release_consent
+
+    view = release_consent(config, build)
+    contributions = read_contributions(config.contributions, config.audio_root).records
+    private = set(view.participant_keys)
+    for contribution in contributions:
+        private.add(contribution.participant_key)
         private.add(contribution.audio_file)
         private.add(Path(contribution.audio_file).name)
-    return Registry(allowed, frozenset(s for s in private if len(s) >= 4))
+    return Registry(view.allowed(dataset_set), frozenset(private), ordinary_words(config))
+
+
+def ordinary_words(config: InputConfig) -> frozenset[str]:
+    """The tokens of every public text the release is made of (see `Registry`)."""
+    from redvox.builder.versions import VERSIONS
+    from redvox.schemas import vocab
+    from redvox.sources.contributions import read_contributions
+    from redvox.sources.malert import read_malert
+    from redvox.sources.shades import read_shades
+
+    words: set[str] = set(COLUMNS) | {SPLIT, ALL_CONFIG}
+    for values in (vocab.LANGUAGES, vocab.GENDERS, vocab.AGE_GROUPS, vocab.VULNERABILITY_TYPES,
+                   vocab.SETS, vocab.LANGUAGE_NAMES.values(), ("speech", "text", "shades",
+                   "m-alert", vocab.ATTACK_TYPE)):  # fmt: skip
+        words.update(values)
+    for version in VERSIONS.values():
+        words.update(c.name for c in version.config.conditions)
+    texts: list[str] = []
+    for item in [*read_shades(config.shades).records, *read_malert(config.malert).records]:
+        texts += [item.item_id, item.source_category, *item.text.values()]
+    for c in read_contributions(config.contributions, config.audio_root).records:
+        texts += [c.spoken_text, c.speech_followup, c.audio_request_text, c.transcript or ""]
+    bank = Path(config.noise_bank)
+    texts += [p.relative_to(bank).as_posix() for p in bank.rglob("*") if p.is_file()]
+    # What the card, terms, loading script and evaluator are written from.
+    shipped = [*TEMPLATES.rglob("*"), *EVALUATOR.rglob("*"), Path(__file__).with_name("card.py")]
+    for path in shipped:
+        if path.is_file() and path.suffix in (".md", ".py", ".txt", ".jsonl", ".json"):
+            texts.append(path.read_text(encoding="utf-8", errors="replace"))
+    for text in texts:
+        words |= tokens(text)
+    return frozenset(words)
 
 
 # --- checks on files ---
+
+
+def check_consent(staged: Path, registry: Registry, dataset_set: str) -> list[Problem]:
+    """Every user_id of the staged shards has consent for `dataset_set` today."""
+    from .consent import user_ids_of
+
+    counts = user_ids_of(staged)
+    return [
+        Problem(
+            "consent",
+            f"user_id {uid} ({counts[uid]} rows) has no valid consent for the {dataset_set} "
+            "set in the registry today",
+        )
+        for uid in sorted(counts)
+        if uid not in registry.allowed_user_ids
+    ]
 
 
 def check_layout(staged: Path) -> list[Problem]:
@@ -172,14 +226,13 @@ def check_layout(staged: Path) -> list[Problem]:
 def check_file_names(staged: Path, registry: Registry) -> list[Problem]:
     problems = []
     for rel in staged_files(staged):
-        for secret in registry.private_strings:
-            if secret in rel:
-                problems.append(
-                    Problem(
-                        "identifiers",
-                        f"{staged / rel}: file name contains a private key or original file name",
-                    )
+        if registry.found_in(rel):
+            problems.append(
+                Problem(
+                    "identifiers",
+                    f"{staged / rel}: file name contains a private key or original file name",
                 )
+            )
         if EMAIL.search(rel):
             problems.append(
                 Problem("identifiers", f"{staged / rel}: file name contains an e-mail address")
@@ -204,7 +257,7 @@ def check_text_files(
             where = f"{staged / rel}:{lineno}"
             if ABSOLUTE_PATH.search(line) or any(p in line for p in prefixes):
                 problems.append(Problem("paths", f"{where}: absolute path {line.strip()[:80]!r}"))
-            if registry.needles.found_in(line):
+            if registry.found_in(line):
                 problems.append(
                     Problem(
                         "identifiers", f"{where}: contains a participant key or original file name"
@@ -490,13 +543,13 @@ def _stream_batches(streams, columns: list[str] | None, expected_rows: int) -> I
 
 
 def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Problem]:
-    """Consent, identifiers and paths in the cells of every row (audio not decoded)."""
+    """Identifiers and paths in the cells of every row, as `datasets` loads them (audio
+    not decoded); consent is checked on the shards (`check_consent`)."""
     problems = []
     prefixes = [p for p in local_prefixes if len(p) > 1]
     text_columns = [
         c for c, f in ds.features.items() if c != "audio" and getattr(f, "dtype", None) == "string"
     ]
-    needles = registry.needles
     i = 0
     for batch in _batches(
         ds, list(dict.fromkeys(["ID", "lang", "user_id", "audio", *text_columns]))
@@ -506,14 +559,6 @@ def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Pr
         for j in range(batch.num_rows):
             where = f"row {i} ({columns['lang'][j]} ID {columns['ID'][j]})"
             i += 1
-            user_id = columns["user_id"][j]
-            if user_id not in registry.allowed_user_ids:
-                problems.append(
-                    Problem(
-                        "consent",
-                        f"{where}: user_id {user_id} has no valid consent for this set in the registry today",
-                    )
-                )
             cells = {c: columns[c][j] for c in text_columns if columns[c][j]}
             cells["audio.path"] = paths[j] or ""
             for column, value in cells.items():
@@ -526,7 +571,7 @@ def check_rows(ds, registry: Registry, local_prefixes: Iterable[str]) -> list[Pr
                     problems.append(
                         Problem("identifiers", f"{where}, column {column}: e-mail address")
                     )
-                if needles.found_in(value):
+                if registry.leaks(column, value):
                     problems.append(
                         Problem(
                             "identifiers",
@@ -751,9 +796,12 @@ def verify_staged(
     repo_id: str | None = None,
     api=None,
     manifest: dict[str, Any] | None = None,
+    build: Path | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> VerificationResult:
-    """Run every check; `manifest` (the build's) adds a comparison of row counts with it."""
+    """Run every check; `manifest` (the build's) adds a comparison of row counts with it;
+    `build` (its version folder) refuses registries changed since that build. A registry
+    that cannot be read as the build reads it raises ConsentRecheckError."""
     staged = Path(staged).resolve()
     result = VerificationResult(staged)
     problems = result.problems
@@ -767,7 +815,11 @@ def verify_staged(
     dataset_set = provenance.get("set", PUBLIC)
     problems += check_target_visibility(provenance, repo_id, api)
     echo("reading the consent registry again")
-    registry = read_registry(config, dataset_set)
+    registry = read_registry(config, dataset_set, build)
+    consent = check_consent(staged, registry, dataset_set)
+    if consent:  # decisive: the folder is not released, whatever else holds
+        problems += consent
+        return result
     local = [str(staged), str(Path.home()), str(config.audio_root), str(config.consent.parent)]
     problems += check_file_names(staged, registry)
     problems += check_text_files(staged, registry, local)

@@ -4,11 +4,14 @@ and say where their recordings still are.
 Versions are code (builder/versions.py), so this cannot declare the new
 version itself: it builds it under the new version string from the latest
 declared configuration, and prints the declaration to paste. The registry
-is backed up (timestamped copy beside it) before it is changed.
+is backed up (timestamped copy beside it) before it is changed, and changed only
+after everything the withdrawal needs has been read (the registries through the
+build's fail-closed reader first), atomically: a refusal leaves it byte-identical.
 """
 
 from __future__ import annotations
 
+import codecs
 import csv
 import datetime as dt
 import io
@@ -25,7 +28,6 @@ from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, shard_paths
-from redvox.schemas.records import CONSENT_COLUMNS
 
 PURGE_EXPLANATION = """\
 Purging them from the Hub history: a new commit that drops their rows does not
@@ -92,34 +94,71 @@ def record_withdrawal(
     consent_csv: Path, participant_key: str, date: dt.date, known: set[str]
 ) -> Path:
     """Set the withdrawal date on every registry row of the participant (adding a row
-    when they have none), after a timestamped backup copy. Returns the backup."""
-    text = consent_csv.read_text(encoding="utf-8-sig")
-    rows = list(csv.DictReader(io.StringIO(text)))
-    fields = list(rows[0].keys()) if rows else list(CONSENT_COLUMNS)
-    mine = [r for r in rows if (r.get("participant_key") or "").strip() == participant_key]
+    when they have none), after a timestamped backup copy. Returns the backup.
+
+    The registry is first read whole through the build's fail-closed reader: a row it
+    would refuse stops the withdrawal, naming the line, before anything is written.
+    Only the participant's lines change (every other byte is kept), and the new file
+    replaces the old one atomically, so a failure leaves the registry as it was."""
+    from redvox.builder.write import atomic_write_bytes
+    from redvox.sources.registry import fold_key, read_consent
+
+    consent_csv = Path(consent_csv)
+    problem = next((p for p in read_consent(consent_csv).problems if p.fatal), None)
+    if problem is not None:
+        raise WithdrawalError(
+            f"{problem}; the withdrawal was not recorded and {consent_csv.name} is unchanged: "
+            "fix that row first"
+        )
+    data = consent_csv.read_bytes()
+    bom = data.startswith(codecs.BOM_UTF8)
+    lines = data.decode("utf-8-sig").splitlines(keepends=True)
+    header_at = next(i for i, line in enumerate(lines) if line.strip())
+    header = [c.strip() for c in _cells(lines[header_at])]
+    key_at, date_at = header.index("participant_key"), header.index("withdrawal_date")
+    mine = []
+    for i in range(header_at + 1, len(lines)):
+        if lines[i].strip() and _cells(lines[i])[key_at].strip() == participant_key:
+            mine.append(i)
     if not mine and participant_key not in known:
+        registered = {fold_key(k): k for k in known}
+        near = registered.get(fold_key(participant_key))
+        hint = f" (did you mean {near!r}?)" if near else ""
         raise WithdrawalError(
             f"{consent_csv}: no participant {participant_key!r} in the consent or participants "
-            "registry; check the key (it is the private collection key, not the user_id)"
+            f"registry{hint}; check the key (it is the private collection key, not the user_id)"
         )
+    ending = lines[header_at][len(lines[header_at].rstrip("\r\n")) :] or "\n"
+    for i in mine:
+        cells = _cells(lines[i])
+        current = cells[date_at].strip()
+        if not current or current > date.isoformat():
+            cells[date_at] = date.isoformat()
+            end = lines[i][len(lines[i].rstrip("\r\n")) :]
+            lines[i] = _line(cells, end)
+    if not mine:
+        if lines and not lines[-1].endswith(("\n", "\r")):
+            lines[-1] += ending
+        cells = [""] * len(header)
+        cells[key_at], cells[date_at] = participant_key, date.isoformat()
+        lines.append(_line(cells, ending))
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
     backup = consent_csv.with_name(f"{consent_csv.name}.{stamp}.bak")
     shutil.copy2(consent_csv, backup)
-    for row in mine:
-        current = (row.get("withdrawal_date") or "").strip()
-        if not current or current > date.isoformat():
-            row["withdrawal_date"] = date.isoformat()
-    if not mine:
-        rows.append(
-            {f: "" for f in fields}
-            | {"participant_key": participant_key, "withdrawal_date": date.isoformat()}
-        )
-    buffer = io.StringIO()
-    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows)
-    consent_csv.write_text(buffer.getvalue(), encoding="utf-8")
+    text = "".join(lines).encode("utf-8")
+    atomic_write_bytes(consent_csv, (codecs.BOM_UTF8 if bom else b"") + text)
     return backup
+
+
+def _cells(line: str) -> list[str]:
+    """The cells of one registry line (the fail-closed reader accepted it as one record)."""
+    return next(csv.reader([line.rstrip("\r\n")]))
+
+
+def _line(cells: list[str], ending: str) -> str:
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator=ending).writerow(cells)
+    return buffer.getvalue()
 
 
 def local_holdings(out: Path, user_id: str) -> list[Holding]:
@@ -207,18 +246,28 @@ def _withdraw_locked(
 ) -> DatasetVersion:
     from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
-    from redvox.sources.registry import read_participants
+    from redvox.sources.registry import read_registries
 
     from .push import resolve_token
 
+    # Everything the withdrawal needs is read before the registry changes: the registries
+    # through the build's fail-closed reader, the pseudonym key, the declared versions.
     config = InputConfig.load(config_file)
-    known = {p.participant_key for p in read_participants(config.participants).records}
+    registries = read_registries(config.participants, config.consent)
+    problem = registries.first_fatal()
+    if problem is not None:
+        raise WithdrawalError(
+            f"{problem}; the withdrawal was not recorded and the registries are unchanged: "
+            "fix that row first"
+        )
+    known = {p.participant_key for p in registries.participants.records}
+    user_id = pseudonymize(load_pseudonym_key(config.pseudonym_key_file), participant_key)
+    latest = get_version()
     backup = record_withdrawal(config.consent, participant_key, date, known)
     echo(
         f"recorded the withdrawal of {participant_key} on {date} in {config.consent} (backup: {backup.name})"
     )
 
-    latest = get_version()
     new = withdrawal_version(latest)
     echo(f"building {new.tag} (the configuration of {latest.tag}) into {out}")
     build_version(
@@ -227,7 +276,6 @@ def _withdraw_locked(
         BuildOptions(out=Path(out), cache_dir=cache_dir, workers=workers, progress=False),
     )
 
-    user_id = pseudonymize(load_pseudonym_key(config.pseudonym_key_file), participant_key)
     holdings = local_holdings(Path(out), user_id)
     token = resolve_token() if repo_id else None
     if repo_id and token:

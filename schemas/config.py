@@ -117,13 +117,22 @@ class InputConfig(BaseModel):
         ):
             value = getattr(self, name)
             if value is not None and not value.is_absolute():
-                updates[name] = (base / value).resolve()
+                updates[name] = _resolve(base / value, name)
         items = self.items
         if items.item_keys_file is not None and not items.item_keys_file.is_absolute():
             items = items.model_copy(
-                update={"item_keys_file": (base / items.item_keys_file).resolve()}
+                update={"item_keys_file": _resolve(base / items.item_keys_file, "item_keys_file")}
             )
         return self.model_copy(update={**updates, "items": items})
+
+
+def _resolve(path: Path, name: str) -> Path:
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as exc:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        raise ConfigError(
+            f"{path}: {name} cannot be followed ({exc}); point it at the file or folder itself"
+        ) from None
 
 
 class ConfigError(UserError, ValueError):

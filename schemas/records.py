@@ -21,6 +21,7 @@ from .vocab import (
     normalize_age_group,
     normalize_gender,
     normalize_mother_tongue,
+    screen_free_text,
 )
 
 Source = Literal["shades", "m-alert"]
@@ -69,7 +70,7 @@ class Participant(_Record):
     gender: Gender
     age_group: AgeGroup
     mother_tongue: str = Field(
-        description="BCP-47 style tag, e.g. es-ES, it; as written when no tag maps it"
+        description="BCP-47 style tag, e.g. es-ES, it (a value no tag or name maps is refused)"
     )
     ethnicity: str | None = None
     languages: tuple[Lang, ...] = Field(
@@ -89,13 +90,12 @@ class Participant(_Record):
     @field_validator("mother_tongue", mode="before")
     @classmethod
     def _tongue(cls, v: Any) -> str:
-        return normalize_mother_tongue(v, strict=False)
+        return normalize_mother_tongue(v)
 
     @field_validator("ethnicity", mode="before")
     @classmethod
     def _ethnicity(cls, v: Any) -> str | None:
-        text = " ".join(str(v).split()) if v is not None else ""
-        return text or None
+        return screen_free_text(v, "ethnicity")
 
 
 class ConsentState(StrEnum):
@@ -196,8 +196,8 @@ class NoiseCondition(_Record):
 
     `params` holds the kind's ranges (e.g. `snr_db: [0, 15]`); the values drawn
     from them for a clip are recorded on every row that uses it. Their physical
-    bounds (snr_db [-20, 60] dB, level_dbfs [-80, 0] dBFS, speakers [1, 16]) are
-    checked by `redvox.noise.check_condition` (noise/seeding.py PARAM_BOUNDS).
+    bounds are the kind's own (`BOUNDS` in its module, e.g. speakers [1, 16] for
+    babble), checked by `redvox.noise.check_condition`.
 
     `kind` names a module of `redvox.noise` (silence, ambient, babble, speech_ambient,
     ...); it is checked against that registry wherever a condition is used (a build's

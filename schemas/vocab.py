@@ -139,13 +139,13 @@ def _mother_tongue_tag(text: str) -> str | None:
     return None
 
 
-def normalize_mother_tongue(raw: str, *, strict: bool = True) -> str:
+def normalize_mother_tongue(raw: str) -> str:
     """Map a free-typed mother tongue onto a BCP-47 style tag.
 
     `ES_ES`, `ES-ES`, `es-es` -> `es-ES`; `Italian` -> `it`; `EN-US` -> `en-US`;
-    `Portuguese (Brazil)` -> `pt-BR`. A value nothing maps raises, or with
-    `strict=False` is kept as written (whitespace collapsed): a self-declared answer
-    is never a reason to drop a participant.
+    `Portuguese (Brazil)` -> `pt-BR`. A value nothing maps raises: it would be
+    published as free text, unchecked, so the registry row is refused until it is
+    written as a tag or its name is added here.
     """
     if raw is None:
         raise VocabularyError("mother tongue is empty")
@@ -155,17 +155,10 @@ def normalize_mother_tongue(raw: str, *, strict: bool = True) -> str:
     tag = _mother_tongue_tag(text)
     if tag is not None:
         return tag
-    if not strict:
-        return text
     raise VocabularyError(
-        f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language name"
+        f"mother tongue {raw!r} is neither a language tag (e.g. es-ES) nor a known language "
+        "name; write the tag, or add the name to schemas/vocab.py"
     )
-
-
-def is_known_mother_tongue(raw: str | None) -> bool:
-    """Whether `raw` maps onto a tag (False for a value kept as written)."""
-    text = " ".join(str(raw or "").split())
-    return bool(text) and _mother_tongue_tag(text) is not None
 
 
 def primary_language(tag: str) -> str:
@@ -229,3 +222,56 @@ def malert_group(category: str) -> str | None:
         f"M-ALERT category {category!r} matches none of the prefixes "
         f"{', '.join(MALERT_PREFIXES)} (hate_* is excluded on purpose)"
     )
+
+
+# How database and spreadsheet exports spell an empty cell. In a private registry such
+# a cell is neither a value nor truly empty, and is refused (sources/registry.py).
+PLACEHOLDERS = frozenset({"null", "none", "nan", "n/a", "nil", "-", "--"})
+
+# Personal data that a free-text field (ethnicity) must not carry. A two-digit number
+# may be an age ("30s"); more digits, an e-mail address, a URL, a phone number or a
+# street address identify a person and are refused.
+_PERSONAL_DATA: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("an e-mail address", re.compile(r"[^\s@]+@[^\s@]+\.\w+")),
+    (
+        "a URL",
+        re.compile(
+            r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w-]+\.(?:com|org|net|edu|gov|io|it|de|fr|es|uk|eu|info)\b"
+        ),
+    ),
+    ("a phone number", re.compile(r"\+?\d[\d\s().-]{5,}\d")),
+    ("more digits than an age", re.compile(r"\d[\d\s.,/-]*\d[\d\s.,/-]*\d")),
+    (
+        "a street address",
+        re.compile(
+            r"(?i)\b(?:lives? at|address|street|st\.|road|rd\.|avenue|ave\.|lane|boulevard|"
+            r"via|viale|piazza|corso|rue|avenida|calle|plaza|stra(?:ss|ß)e|weg|platz|"
+            r"postcode|zip code|p\.?o\.? box)\b"
+        ),
+    ),
+    ("a house number", re.compile(r"\b\d{1,4}[a-zA-Z]?,?\s+[A-ZÀ-Ý][\w'-]+\s+[A-ZÀ-Ý]")),
+)
+
+
+def personal_data_in(text: str) -> str | None:
+    """What kind of personal data free text `text` seems to hold (None: nothing found)."""
+    for what, pattern in _PERSONAL_DATA:
+        if pattern.search(text):
+            return what
+    return None
+
+
+def screen_free_text(raw: str | None, field: str) -> str | None:
+    """A free-text demographic as published: whitespace collapsed, None when empty;
+    VocabularyError when it holds personal data (see `personal_data_in`)."""
+    text = " ".join(str(raw).split()) if raw is not None else ""
+    if not text:
+        return None
+    found = personal_data_in(text)
+    if found:
+        raise VocabularyError(
+            f"{field} looks like it holds {found}, which would be published as written; "
+            "keep only the self-declared answer (free text is screened for e-mail addresses, "
+            "URLs, phone numbers, street addresses and numbers longer than an age)"
+        )
+    return text

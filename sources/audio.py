@@ -3,7 +3,7 @@
 libsndfile (soundfile) reads WAV, FLAC, OGG and MP3 and tells truncated files apart;
 other containers (m4a, webm, ...) go through FFmpeg via audioread. Mono is the plain
 average of the channels and resampling is soxr HQ, so the same file always gives the
-same samples and the same `content_hash` (the key of the VAD cache).
+same samples, bit for bit.
 
 Every recording is untrusted input and fails closed with an AudioDecodeError (a
 quarantine line), never a traceback nor unbounded memory:
@@ -19,7 +19,6 @@ quarantine line), never a traceback nor unbounded memory:
 
 from __future__ import annotations
 
-import hashlib
 import io
 import os
 import re
@@ -75,7 +74,6 @@ class DecodedAudio:
     duration_s: float
     peak: float  # max |sample| of `samples`
     clipped_fraction: float  # share of source samples (all channels) at |x| >= CLIP_LEVEL
-    content_hash: str  # sha256 of the float32 samples' bytes: the VAD cache key
 
 
 class AudioDecodeError(UserError, ValueError):
@@ -159,8 +157,6 @@ class _Normaliser:
             duration_s=len(samples) / self.sample_rate,
             peak=peak,
             clipped_fraction=float(self.clipped / (self.frames * self.channels)),
-            # hashed in place: `.tobytes()` would copy the whole output
-            content_hash=hashlib.sha256(samples.astype("<f4", copy=False).data).hexdigest(),
         )
 
 

@@ -2,11 +2,19 @@
 `redvox sources select`: write the items a build would use as a key file, to pin them.
 
 A private, maintainer-only command: speakers are shown by their participant
-key. Exit status 1 when a build would stop (an input is unusable, or a row of
-a private registry cannot be read exactly), 0 otherwise (other row problems are
-listed but do not stop a build: those rows are skipped). Per table input it
-shows how many data lines were read and how many became records: every other
+key. Exit status 1 when a build would stop (an input is unusable, a row of a
+private registry cannot be read exactly, or the noise bank cannot serve a noise
+condition of the version), 0 otherwise (other row problems are listed but do not
+stop a build: those rows are skipped). Per table input it shows how many
+physical data lines were read and how many records became rows: every other
 line is named in the problems.
+
+The noise bank is read as the build reads it, and each noise condition of the
+version (`--version`, default the latest) is drawn from it once through the same
+noise kinds, so a bank the build would refuse (a babble condition needing more
+voices than the bank has, no ambient file long enough) is refused here with the
+build's own message. The builder's versions and the noise kinds are imported
+when `check` runs: the command line is where the layers meet.
 """
 
 from __future__ import annotations
@@ -30,8 +38,9 @@ from redvox.schemas import (
 )
 
 from .cli_options import config_option
-from .inputs import Inputs, input_hashes, load_inputs
+from .inputs import Inputs, input_hashes, load_inputs, read_bank
 from .malert import read_malert
+from .musan import CATEGORIES, SPEECH_CATEGORY, NoiseBank, NoiseBankError
 from .problems import Problem
 from .selection import select_items
 from .shades import read_shades
@@ -53,20 +62,36 @@ def sources() -> None:
 @sources.command()
 @config_option
 @click.option(
+    "--version",
+    "version_name",
+    metavar="V",
+    help="dataset version whose noise conditions the noise bank must serve (default: latest)",
+)
+@click.option(
     "--audio/--no-audio",
     default=True,
     show_default=True,
     help="also decode every recording and report corrupt, silent or clipped ones",
 )
-def check(config_path: Path | None, audio: bool) -> None:
-    """Validate every input and print items, contributions, consent and all problems."""
+def check(config_path: Path | None, version_name: str | None, audio: bool) -> None:
+    """Validate every input and the noise bank; print items, contributions, consent, the
+    noise bank and all problems."""
+    from redvox.builder.versions import get_version
+
     config = load_config(config_path)
+    version = get_version(version_name)
     progress = sys.stderr.isatty()
     inputs = load_inputs(config, progress=progress)
-    click.echo(f"Inputs of {config_path or DEMO_CONFIG}\n")
+    bank, bank_problems = read_bank(config.noise_bank) if config.noise_bank.is_dir() else (None, [])
+    if bank is not None:
+        bank_problems += _condition_problems(bank, version)
+    click.echo(f"Inputs of {config_path or DEMO_CONFIG}, for version {version.version}\n")
     for title, table in summary_tables(inputs):
         click.echo(f"{title}\n{table}\n")
-    problems = inputs.problems + (_audio_problems(inputs, progress) if audio else [])
+    if bank is not None:
+        click.echo(f"Noise bank {bank.root}\n{_bank_table(bank)}\n")
+    problems = inputs.problems + bank_problems
+    problems += _audio_problems(inputs, progress) if audio else []
     fatal = [p for p in problems if p.fatal]
     rows = [p for p in problems if not p.fatal]
     if fatal:
@@ -137,6 +162,44 @@ def _key_file_header(config_path: Path | None, config: InputConfig, counts: Coun
     )
 
 
+def _condition_problems(bank: NoiseBank, version) -> list[Problem]:
+    """A fatal problem for each noise condition of `version` that the bank cannot serve,
+    found by drawing its params once, as the build does for every clip."""
+    from redvox.noise import ConditionError, check_condition, sample_params
+
+    problems = []
+    for condition in version.config.conditions:
+        stops = f"a build of version {version.version} stops on it"
+        try:
+            check_condition(condition)
+            sample_params(
+                condition,
+                bank,
+                seed=version.config.seed,
+                entry_key="sources-check",
+                duration_s=condition.duration_s,
+            )
+        except NoiseBankError as exc:
+            where, _, message = str(exc).partition(": ")
+            problems.append(Problem(where, None, None, f"{message} ({stops})", fatal=True))
+        except ConditionError as exc:
+            where = f"version {version.version}"
+            problems.append(Problem(where, None, None, f"{exc} ({stops})", fatal=True))
+    return problems
+
+
+def _bank_table(bank: NoiseBank) -> str:
+    rows = []
+    for category in CATEGORIES:
+        files = bank.of(category)
+        folders = {f"{category}/{f.source}" for f in files}
+        voices = len({f.speaker for f in files}) if category == SPEECH_CATEGORY else "-"
+        unannotated = sum(folder in folders for folder in bank.unannotated)
+        rows.append([category, len(folders), len(files), voices, unannotated])
+    headers = ["category", "source folders", "files", "voices", "without ANNOTATIONS"]
+    return tabulate(rows, headers=headers)
+
+
 def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
     """The recordings a build would quarantine at decode time (VAD is left to the build)."""
     # The decoder lives with the builder, which applies the same rules.
@@ -179,6 +242,8 @@ def _lines_table(inputs: Inputs) -> str:
             continue
         count = read.lines
         summary = f"{count.lines} lines read, {count.records} records"
+        if count.spanned:
+            summary += f" ({count.spanned} lines continue a quoted multi-line cell)"
         rows.append([read.name, name, summary, count.not_read])
     return tabulate(rows, headers=["input", "file", "read", "lines not read"])
 

@@ -34,14 +34,16 @@ config_option = click.option(
     default=None,
     help="input config YAML (default: the embedded demo corpus)",
 )
-# `--config`, flavour 2: the input config of an existing build, the inputs the build
-# recorded when not given (release/cli.py _inputs_of reads it).
+# `--config`, flavour 2: the input config an existing build was run with, the embedded
+# demo corpus when not given; its inputs are checked against the hashes the build
+# recorded (release/cli.py _inputs_of).
 build_config_option = click.option(
     "--config",
     "config_path",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="input config of the build (default: the inputs it recorded, OUT/<version>/build-inputs.json)",
+    help="input config the build was run with (default: the embedded demo corpus); its "
+    "inputs must be those OUT/<version>/build-inputs.json records",
 )
 out_option = click.option(
     "--out",

@@ -8,6 +8,11 @@ all are kept, each with its line, and the build releases the first take that
 decodes and passes VAD (builder/takes.py). One audio file belongs to one participant: when rows of two participants lead to
 the same file (same path, a link or a hard link to it), every row using it is
 refused, naming the others. Everything else is reported with its line.
+
+The manifest is read one record per line (no `multiline`): its rows carry private
+keys, and a quote left open must never merge the next row into this one's text. A
+`lang` is read in any case (`EN` -> `en`); a path that is a symbolic link loop is
+a row problem like any other.
 """
 
 from __future__ import annotations
@@ -117,6 +122,9 @@ def _shared_files(
 def _contribution(row: TableRow, file: str) -> tuple[Contribution | None, list[Problem]]:
     data = {name: row.cells.get(name) for name in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}
     data["item_id"] = _item_id(data["source"], data["item_id"])
+    # `EN` and `en` are one language code, as header names and mother tongues are
+    # normalised too; anything that is not one of the five codes is still refused.
+    data["lang"] = data["lang"].lower() if data["lang"] else data["lang"]
     return validate_row(Contribution, data, file, row.line)
 
 
@@ -181,8 +189,15 @@ def _audio_file(
         return problem(
             f"{audio_file!r} is an absolute path; row skipped, give it relative to {root}"
         )
-    target = (root / audio_file).resolve()
-    if not target.is_relative_to(root.resolve()):
+    try:
+        target = (root / audio_file).resolve()
+        inside = target.is_relative_to(root.resolve())
+    except (RuntimeError, OSError) as exc:  # RuntimeError: a symbolic link loop (Python < 3.13)
+        return problem(
+            f"{audio_file!r} cannot be followed under {root} ({exc}); row skipped, point the "
+            "symbolic link at the recording itself"
+        )
+    if not inside:
         return problem(
             f"{audio_file!r} leads outside the audio folder {root} (through '..' or a "
             "symbolic link); row skipped, give a path to a file inside it"

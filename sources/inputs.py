@@ -22,8 +22,9 @@ from redvox.schemas.layout import sha256_file
 
 from .contributions import read_contributions
 from .malert import read_malert
+from .musan import ANNOTATIONS, SPEECH_CATEGORY, NoiseBank, NoiseBankError, read_noise_bank
 from .problems import LineCount, Problem, ReadResult
-from .registry import read_consent, read_participants
+from .registry import read_participants, read_registered_consent
 from .selection import select_items
 from .shades import read_shades
 
@@ -79,15 +80,7 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         read_items = shades.records + malert.records
         selected = step("items", lambda: select_items(read_items, config.items))
         participants = step("participants", lambda: read_participants(config.participants))
-        registered = {p.participant_key for p in participants.records}
-        consent = step(
-            "consent",
-            lambda: read_consent(
-                config.consent,
-                participant_keys=registered if participants.lines else None,
-                refused=participants.refused,
-            ),
-        )
+        consent = step("consent", lambda: read_registered_consent(config.consent, participants))
         items_known = not (shades.fatal or malert.fatal or selected.fatal)
         contributions = step(
             "contributions",
@@ -132,11 +125,39 @@ def _by_participant(records: list[ConsentRecord]) -> dict[str, list[ConsentRecor
 
 def _folder_problems(config: InputConfig) -> list[Problem]:
     # The audio folder is checked by the contributions reader; the noise bank's
-    # content is read by the builder, but a missing folder makes any build fail.
+    # content is read by the builder and by `sources check` (read_bank), but a
+    # missing folder makes any build fail.
     if config.noise_bank.is_dir():
         return []
     message = "noise bank folder not found; check noise_bank in the input config"
     return [Problem(str(config.noise_bank), None, None, message, fatal=True)]
+
+
+def read_bank(root: Path) -> tuple[NoiseBank | None, list[Problem]]:
+    """The noise bank as a build reads it, and what is wrong with it: a bank the build
+    would refuse is one fatal problem (its message names the file), a source folder
+    without ANNOTATIONS a warning (it is read, every file its own speaker)."""
+    try:
+        bank = read_noise_bank(root)
+    except NoiseBankError as exc:
+        where, _, message = str(exc).partition(": ")
+        return None, [Problem(where, None, None, message, fatal=True)]
+    warnings = []
+    for folder in bank.unannotated:
+        category = folder.split("/", 1)[0]
+        consequence = (
+            "each of its files is taken as a speaker of its own, so babble may mix one voice "
+            "with itself; add the file with a `speaker=<id>` field on the lines of files "
+            "that share a voice"
+            if category == SPEECH_CATEGORY
+            else "nothing the build reads is lost, but the copy may be incomplete"
+        )
+        message = (
+            f"warning: no {ANNOTATIONS} file (MUSAN ships one per source folder); the build "
+            f"reads the folder as it is: {consequence}"
+        )
+        warnings.append(Problem(str(bank.root / folder), None, None, message, warning=True))
+    return bank, warnings
 
 
 def input_hashes(config: InputConfig) -> dict[str, str]:

@@ -1,7 +1,7 @@
 """M-ALERT safety prompts (`felfri/M-ALERT`) into SourceItems.
 
-Parquet, CSV or JSONL, chosen by extension, with columns `en, de, es, fr, it,
-id, category`. The ALERT micro category decides the RedVox group
+Parquet, CSV (RFC 4180: a quoted cell may span lines) or JSONL, chosen by
+extension, with columns `en, de, es, fr, it, id, category`. The ALERT micro category decides the RedVox group
 (`redvox.schemas.malert_group`); `hate_*` prompts are not used by RedVox and are
 left out without a report, since the released file holds thousands of them.
 """
@@ -29,7 +29,7 @@ def normalize_malert_id(raw: str | None) -> str | None:
 
 def read_malert(path: str | Path) -> ReadResult[SourceItem]:
     file = str(path)
-    table = read_table(path, REQUIRED_COLUMNS, what="M-ALERT file")
+    table = read_table(path, REQUIRED_COLUMNS, what="M-ALERT file", multiline=True)
     return unique_items(table, file, _item, field="id", advice="give each prompt its own id")
 
 

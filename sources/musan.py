@@ -4,11 +4,13 @@ The bank is read once into a list of `NoiseFile`s (headers only); audio is
 decoded on demand by `NoiseBank.load`, which keeps recently used files in
 memory because a build renders many clips from the same few files.
 
-ANNOTATIONS (one per source folder, optional) are MUSAN style: one line per
+ANNOTATIONS (one per source folder in MUSAN) are MUSAN style: one line per
 file, `<file stem> <fields...>`. MUSAN itself names no speakers (Kaldi recipes
 treat every speech file as its own speaker), so a file's speaker is its stem
 unless its line carries a `speaker=<id>` field: that is how a bank says that
-two files share a voice, so babble never mixes a speaker with itself.
+two files share a voice, so babble never mixes a speaker with itself. A source
+folder without one is read all the same (every file its own speaker) and listed in
+`NoiseBank.unannotated`, so that `redvox sources check` can warn about it.
 
 Bank files fail closed with a NoiseBankError that names the file: a header whose
 rate lies outside MIN_SOURCE_RATE..MAX_SOURCE_RATE, more than MAX_CHANNELS channels
@@ -36,7 +38,8 @@ from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
 
-CATEGORIES: tuple[str, ...] = ("noise", "speech", "music")
+SPEECH_CATEGORY = "speech"  # the category whose files are voices (babble's speakers)
+CATEGORIES: tuple[str, ...] = ("noise", SPEECH_CATEGORY, "music")
 ANNOTATIONS = "ANNOTATIONS"
 EXPECTED_LAYOUT = (
     "expected MUSAN layout: <root>/{noise,speech,music}/<source>/*.wav, optionally an "
@@ -87,6 +90,8 @@ class NoiseBank:
     root: Path
     files: tuple[NoiseFile, ...]
     annotations: tuple[str, ...] = ()
+    # source folders (relative to root) that have no ANNOTATIONS file
+    unannotated: tuple[str, ...] = ()
     _cache: _AudioCache = field(
         default_factory=lambda: _AudioCache(CACHE_BYTES), repr=False, compare=False
     )
@@ -157,6 +162,7 @@ def read_noise_bank(root: Path) -> NoiseBank:
     root = _bank_root(Path(root))
     files: list[NoiseFile] = []
     annotations: list[str] = []
+    unannotated: list[str] = []
     for category in CATEGORIES:
         if not (root / category).is_dir():
             continue
@@ -168,10 +174,17 @@ def read_noise_bank(root: Path) -> NoiseBank:
             speakers = _read_annotations(source_dir, {p.stem for p in wavs})
             if (source_dir / ANNOTATIONS).is_file():
                 annotations.append((source_dir / ANNOTATIONS).relative_to(root).as_posix())
+            elif wavs:
+                unannotated.append(source_dir.relative_to(root).as_posix())
             files += [_noise_file(root, p, category, speakers.get(p.stem, p.stem)) for p in wavs]
     if not files:
         raise NoiseBankError(f"{root}: no .wav files found; {EXPECTED_LAYOUT}")
-    return NoiseBank(root=root, files=tuple(files), annotations=tuple(annotations))
+    return NoiseBank(
+        root=root,
+        files=tuple(files),
+        annotations=tuple(annotations),
+        unannotated=tuple(unannotated),
+    )
 
 
 def _bank_root(root: Path) -> Path:
@@ -230,6 +243,11 @@ def _read_annotations(source_dir: Path, stems: set[str]) -> dict[str, str]:
 
 
 def _noise_file(root: Path, path: Path, category: str, speaker: str) -> NoiseFile:
+    if not path.is_file():
+        raise NoiseBankError(
+            f"{path}: not a file (a symbolic link loop, a link to nothing or a folder named "
+            ".wav); replace or remove it"
+        )
     try:
         info = sf.info(str(path))
     except RuntimeError as err:  # soundfile's errors derive from it

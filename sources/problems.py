@@ -38,15 +38,18 @@ class Problem:
 @dataclass(frozen=True)
 class LineCount:
     """What a reader made of an input's data lines (the header and blank lines are not
-    counted): `lines` were read and `records` of them became rows; each of the other
-    lines is named by a Problem, so nothing is lost without a report."""
+    counted): `lines` physical lines were read and `records` rows came out of them;
+    `spanned` of those lines continue a row whose quoted cell holds a line break (RFC
+    4180 CSV). Each of the other lines is named by a Problem, so nothing is lost
+    without a report."""
 
     lines: int
     records: int
+    spanned: int = 0
 
     @property
     def not_read(self) -> int:
-        return self.lines - self.records
+        return self.lines - self.records - self.spanned
 
 
 @dataclass

@@ -7,21 +7,32 @@ misspelled withdrawal, so it is never skipped. So is a consent row whose key
 is not a registered participant.
 
 Keys: every cell is stripped, so surrounding whitespace is not part of a key
-(` demo-p01 ` is `demo-p01`); otherwise keys are compared exactly. A key that
-matches a registered one only when case and inner whitespace are ignored
-(`DEMO-P01`) is fatal, and the message names the registered key.
+(` demo-p01 ` is `demo-p01`); otherwise keys are compared exactly. A key must be
+in Unicode normal form NFKC and made of letters, digits and `- _ . @ +` only
+(`key_problem`): a space inside it, an invisible character (U+200B and the other
+zero-width ones) or a look-alike dash is fatal, naming the character. A key that
+matches a registered one only after folding (`fold_key`: case, whitespace,
+invisible characters, and Cyrillic or Greek letters that look like Latin ones,
+such as a Cyrillic `р` for `p`) is fatal, and the message names the registered key.
 
-Free-typed demographics are the exception: a mother tongue that maps onto no
-known tag or name is kept as written (whitespace collapsed) with a warning, a
-non-fatal problem that rejects nothing. A participant row that is refused is
-remembered by key (`ParticipantsResult.refused`), so that contributions of that
-participant can say which registry line to fix instead of "not registered".
+No kindness: the only answers are `yes` and `no` (any case) or a blank cell; a
+date is YYYY-MM-DD or blank; a cell spelled like an export's empty value (`null`,
+`none`, `nan`, `n/a`, `-`, any case) is neither and is fatal, in every column.
+Demographics are checked against their vocabularies (gender, age group, mother
+tongue as a language tag or a known language name); the free-text ethnicity is
+screened for personal data (schemas/vocab.py `screen_free_text`). A participant
+row that is refused is remembered by key (`ParticipantsResult.refused`), so that
+contributions of that participant can say which registry line to fix instead of
+"not registered".
+
+`read_registries` is the one reader of both registries: the build and every
+release step (represent, stage, verify, push, withdraw) read them through it.
 
 In case a caller ignores fatal problems, consent is also read deny-by-default
 at the record level: a consent row whose answers or date cannot be read, or
 that cannot be read as a row at all, still counts for its participant (when
 its key can be made out) as a row with no answers, so that `resolve_consent`
-excludes them (ambiguous); a row keyed by a case variant of a registered key
+excludes them (ambiguous); a row keyed by a variant (`fold_key`) of a registered key
 counts the same way against the registered participant. Dropping the row
 instead could leave an older "yes" row deciding alone, or hide a withdrawal.
 """
@@ -31,13 +42,14 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import re
+import unicodedata
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from redvox.schemas import ConsentRecord, Participant
 from redvox.schemas.records import CONSENT_COLUMNS
-from redvox.schemas.vocab import is_known_mother_tongue
+from redvox.schemas.vocab import PLACEHOLDERS
 
 from .problems import Problem, ReadResult, validate_row
 from .tables import TableRow, read_table
@@ -48,10 +60,34 @@ _PARTICIPANT_ROW = f"{STOPS} (a row that cannot be read is never skipped)"
 _CONSENT_ROW = f"{STOPS} (a consent row that cannot be read may be a withdrawal)"
 
 PARTICIPANT_COLUMNS = ("participant_key", "gender", "age_group", "mother_tongue", "languages")
-_ANSWERS = {
-    "yes": True, "y": True, "true": True, "1": True,
-    "no": False, "n": False, "false": False, "0": False,
-}  # fmt: skip
+# The README documents yes and no; `y`, `true`, `1` and the like are refused, not guessed.
+_ANSWERS = {"yes": True, "no": False}
+KEY_PUNCTUATION = "-_.@+"
+# Letters other scripts share the look of with Latin ones, after NFKC: a key written
+# with one of them is another string that reads as the same key.
+_CONFUSABLES = str.maketrans(
+    {
+        # Cyrillic
+        "а": "a", "в": "b", "е": "e", "ё": "e", "к": "k", "м": "m", "н": "h", "о": "o",
+        "р": "p", "с": "c", "т": "t", "у": "y", "х": "x", "ѕ": "s", "і": "i", "ї": "i",
+        "ј": "j", "ԁ": "d", "һ": "h", "ӏ": "l", "ԛ": "q", "ԝ": "w", "ѡ": "w", "ү": "y",
+        "А": "A", "В": "B", "Е": "E", "К": "K", "М": "M", "Н": "H", "О": "O", "Р": "P",
+        "С": "C", "Т": "T", "У": "Y", "Х": "X", "Ѕ": "S", "І": "I", "Ј": "J", "Ԛ": "Q",
+        "Ԝ": "W", "Ү": "Y", "Һ": "H",
+        # Greek
+        "α": "a", "β": "b", "γ": "y", "ε": "e", "η": "n", "ι": "i", "κ": "k", "ν": "v",
+        "ο": "o", "ρ": "p", "τ": "t", "υ": "u", "χ": "x", "ω": "w",
+        "Α": "A", "Β": "B", "Ε": "E", "Ζ": "Z", "Η": "H", "Ι": "I", "Κ": "K", "Μ": "M",
+        "Ν": "N", "Ο": "O", "Ρ": "P", "Τ": "T", "Υ": "Y", "Χ": "X",
+        # dashes and minus signs that read as a hyphen
+        "\u2010": "-", "\u2011": "-", "\u2012": "-", "\u2013": "-", "\u2014": "-",
+        "\u2015": "-", "\u2212": "-", "\ufe63": "-",
+    }
+)  # fmt: skip
+# Format characters (U+200B, U+200C, U+200D, U+2060, U+FEFF, ...) and the Hangul fillers
+# are invisible: folding drops them.
+_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+_KEY_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"})  # letters, decimal digits
 _LANGUAGE_SEPARATORS = re.compile(r"[;,]")
 
 
@@ -72,8 +108,7 @@ class ParticipantsResult(ReadResult[Participant]):
 
 
 def read_participants(path: str | Path) -> ParticipantsResult:
-    """Every registered participant; any row problem is fatal (see the module docstring),
-    an unrecognised mother tongue only a warning."""
+    """Every registered participant; any row problem is fatal (see the module docstring)."""
     file = str(path)
     table = read_table(
         path, PARTICIPANT_COLUMNS, what="participants registry", fail_closed=_PARTICIPANT_ROW
@@ -82,27 +117,34 @@ def read_participants(path: str | Path) -> ParticipantsResult:
     refused: dict[str, RefusedParticipant] = {}
     for row in table.rejected:  # already reported by the table reader
         _remember(refused, row, file, [p for p in table.problems if p.row == row.line])
-    first_line: dict[str, tuple[str, int]] = {}  # loose key -> (key, line)
+    first_line: dict[str, tuple[str, int]] = {}  # folded key -> (key, line)
     for row in table.records:
-        participant, problems = validate_row(Participant, _participant_data(row), file, row.line)
+        problems = _placeholders(row, file, "") + _key_problems(row, file, "")
+        participant = None
+        if not problems:
+            participant, problems = validate_row(
+                Participant, _participant_data(row), file, row.line
+            )
         result.problems.extend(_fatal(problems, STOPS))
         if participant is None:
             _remember(refused, row, file, problems)
             continue
-        result.problems.extend(_warnings(row, file))
         key = participant.participant_key
-        loose = loose_key(key)
-        if loose in first_line:
-            known, line = first_line[loose]
+        folded = fold_key(key)
+        if folded in first_line:
+            known, line = first_line[folded]
             same = "participant" if known == key else f"participant {known!r}"
             message = (
                 f"{same} already registered on line {line}; {STOPS}, keep one row per participant"
             )
             if known != key:
-                message += " (keys that differ only in case or spacing are the same person)"
+                message += (
+                    " (keys that differ only in case, spacing or look-alike letters are the "
+                    "same person)"
+                )
             result.problems.append(Problem(file, row.line, "participant_key", message, True))
             continue
-        first_line[loose] = (key, row.line)
+        first_line[folded] = (key, row.line)
         result.records.append(participant)
     registered = {p.participant_key for p in result.records}
     result.refused = {k: v for k, v in sorted(refused.items()) if k not in registered}
@@ -122,23 +164,67 @@ def _remember(
     refused[key] = RefusedParticipant(file, row.line, reason)
 
 
-def _warnings(row: TableRow, file: str) -> list[Problem]:
-    """Non-fatal problems of an accepted row: free text kept as written."""
-    raw = row.cells.get("mother_tongue")
-    if raw is None or is_known_mother_tongue(raw):
+def _placeholders(row: TableRow, file: str, consequence: str) -> list[Problem]:
+    """Fatal problems for cells spelled like an export's empty value (`null`, `nan`...)."""
+    return [
+        Problem(
+            file,
+            row.line,
+            column,
+            f"{value!r} is how some exports write an empty cell, and is neither a value nor "
+            f"empty: leave the cell empty or write the value{consequence}",
+            fatal=True,
+        )
+        for column, value in row.cells.items()
+        if value is not None and value.casefold() in PLACEHOLDERS
+    ]
+
+
+def _key_problems(row: TableRow, file: str, consequence: str) -> list[Problem]:
+    key = row.cells.get("participant_key")
+    problem = key_problem(key) if key is not None else None
+    if problem is None:
         return []
-    kept = " ".join(raw.split())
-    message = (
-        f"warning: mother tongue {raw!r} is neither a language tag (e.g. pt-BR) nor a known "
-        f"language name; kept as written ({kept!r}), the participant is registered"
+    return [Problem(file, row.line, "participant_key", problem + consequence, fatal=True)]
+
+
+def key_problem(key: str) -> str | None:
+    """Why `key` (a stripped cell) cannot be a participant key, None when it can: it must
+    be NFKC-normalised and hold only letters, digits and `- _ . @ +`."""
+    normal = unicodedata.normalize("NFKC", key)
+    if normal != key:
+        odd = next((c for c in key if unicodedata.normalize("NFKC", c) != c), key[0])
+        return (
+            f"{key!r} is not in Unicode normal form NFKC ({_describe_char(odd)}); write it "
+            f"as {normal!r} if that is the key meant"
+        )
+    for char in key:
+        if char in KEY_PUNCTUATION or (
+            unicodedata.category(char) in _KEY_CATEGORIES and char not in _INVISIBLE_LETTERS
+        ):
+            continue
+        return (
+            f"{key!r} holds {_describe_char(char)}; a key is letters, digits and "
+            f"{' '.join(KEY_PUNCTUATION)} only (spaces and invisible characters are refused)"
+        )
+    return None
+
+
+def _describe_char(char: str) -> str:
+    return f"U+{ord(char):04X} {unicodedata.name(char, 'unnamed character')}"
+
+
+def fold_key(key: str) -> str:
+    """A key with case, whitespace, invisible characters and Cyrillic or Greek look-alike
+    letters ignored: two keys alike this way are one person spelled twice, never two
+    people."""
+    text = unicodedata.normalize("NFKC", key).translate(_CONFUSABLES)
+    kept = (
+        c
+        for c in text
+        if not c.isspace() and unicodedata.category(c) != "Cf" and c not in _INVISIBLE_LETTERS
     )
-    return [Problem(file, row.line, "mother_tongue", message, warning=True)]
-
-
-def loose_key(key: str) -> str:
-    """A key with case and whitespace ignored: two keys alike this way are one person
-    spelled twice, never two people."""
-    return "".join(key.split()).casefold()
+    return "".join(kept).casefold()
 
 
 def _fatal(problems: list[Problem], consequence: str) -> list[Problem]:
@@ -165,7 +251,7 @@ def _participant_data(row: TableRow) -> dict[str, object]:
 
 
 def parse_answer(raw: str | None) -> bool | None:
-    """yes/no/true/false/1/0/y/n in any case; blank is None (unknown)."""
+    """yes or no in any case; blank is None (unknown). Nothing else is guessed."""
     if raw is None:
         return None
     try:
@@ -174,13 +260,61 @@ def parse_answer(raw: str | None) -> bool | None:
         raise ValueError(f"{raw!r} is not an answer; write yes, no or leave it blank") from None
 
 
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
 def parse_date(raw: str | None) -> dt.date | None:
+    """A date written YYYY-MM-DD; blank is None."""
     if raw is None:
         return None
     try:
+        if not _DATE.match(raw):
+            raise ValueError(raw)
         return dt.date.fromisoformat(raw)
     except ValueError:
         raise ValueError(f"{raw!r} is not a date; write it as YYYY-MM-DD") from None
+
+
+@dataclass
+class Registries:
+    """Both private registries as the build reads them: consent checked against the
+    participants registry."""
+
+    participants: ParticipantsResult
+    consent: ReadResult[ConsentRecord]
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [*self.participants.problems, *self.consent.problems]
+
+    def first_fatal(self) -> Problem | None:
+        return next((p for p in self.problems if p.fatal), None)
+
+    def by_participant(self) -> dict[str, list[ConsentRecord]]:
+        grouped: dict[str, list[ConsentRecord]] = {}
+        for record in self.consent.records:
+            grouped.setdefault(record.participant_key, []).append(record)
+        return grouped
+
+
+def read_registries(participants: str | Path, consent: str | Path) -> Registries:
+    """The one reader of the private registries, for the build and every release step."""
+    people = read_participants(participants)
+    return Registries(people, read_registered_consent(consent, people))
+
+
+def read_registered_consent(
+    path: str | Path, participants: ParticipantsResult
+) -> ReadResult[ConsentRecord]:
+    """The consent registry checked against `participants` as read (when it could be read
+    at all: otherwise every key would be reported as unknown)."""
+    return read_consent(
+        path,
+        participant_keys={p.participant_key for p in participants.records}
+        if participants.lines
+        else None,
+        refused=participants.refused,
+    )
 
 
 def read_consent(
@@ -193,7 +327,7 @@ def read_consent(
     Any problem is fatal. A row that cannot be read still yields a record with no
     answers for its participant when its key can be made out. With
     `participant_keys` (the registered participants), a row naming any other key
-    is fatal, and one naming a case variant of a registered key also counts,
+    is fatal, and one naming a variant of a registered key (`fold_key`) also counts,
     with no answers, against that participant. `refused` (participants rows refused
     by key) lets the message name the registry row to fix.
     """
@@ -201,9 +335,11 @@ def read_consent(
     table = read_table(path, CONSENT_COLUMNS, what="consent registry", fail_closed=_CONSENT_ROW)
     result = ReadResult[ConsentRecord]([], list(table.problems), table.lines)
     rows: list[tuple[int, ConsentRecord]] = []
+    reported: set[int] = set()  # lines whose key is already named by a problem
     for row in table.records:
         record, problems = _consent_record(row, file)
         result.problems.extend(problems)
+        reported |= {p.row for p in problems if p.field == "participant_key"}
         if record is not None:
             rows.append((row.line, record))
     for row in table.rejected:  # already reported by the table reader
@@ -214,7 +350,7 @@ def read_consent(
     if participant_keys is not None:
         records, problems = _check_keys(rows, set(participant_keys), file, refused or {})
         result.records += records
-        result.problems += problems
+        result.problems += [p for p in problems if p.row not in reported]
     return result
 
 
@@ -235,14 +371,14 @@ def _check_keys(
     refused: Mapping[str, RefusedParticipant],
 ) -> tuple[list[ConsentRecord], list[Problem]]:
     """Fatal problems for keys that are not registered, and a no-answers record against
-    the registered participant a case variant most likely means."""
-    by_loose = {loose_key(key): key for key in registered}
+    the registered participant a variant of the key most likely means."""
+    by_fold = {fold_key(key): key for key in registered}
     records, problems = [], []
     for line, record in rows:
         key = record.participant_key
         if key in registered:
             continue
-        known = by_loose.get(loose_key(key))
+        known = by_fold.get(fold_key(key))
         if key in refused:
             row = refused[key]
             message = (
@@ -255,14 +391,19 @@ def _check_keys(
                 f"this key); {STOPS}, register the participant or fix the key"
             )
         else:
-            message = (
-                f"{key!r} is not a registered key, but {known!r} is (keys must match exactly, "
-                f"case included); {STOPS}, write it as {known!r} or register {key!r}; until then "
-                f"{known!r} counts as without clear consent"
-            )
+            message = _variant_message(key, known)
+        if known is not None:
             records.append(_no_answers(known))
         problems.append(Problem(file, line, "participant_key", message, fatal=True))
     return records, problems
+
+
+def _variant_message(key: str, known: str) -> str:
+    return (
+        f"{key!r} is not a registered key, but it is {known!r} once case, spaces, invisible "
+        f"characters and look-alike letters are ignored (keys must match exactly); {STOPS}, "
+        f"write it as {known!r}; until then {known!r} counts as without clear consent"
+    )
 
 
 def _consent_record(row: TableRow, file: str) -> tuple[ConsentRecord | None, list[Problem]]:
@@ -270,14 +411,18 @@ def _consent_record(row: TableRow, file: str) -> tuple[ConsentRecord | None, lis
     if cells["participant_key"] is None:
         message = f"empty; the row cannot be attached to anyone, {STOPS}: fill it in"
         return None, [Problem(file, row.line, "participant_key", message, fatal=True)]
+    consequence = f"; {STOPS}, and until then the participant counts as without clear consent"
+    problems = _placeholders(row, file, consequence) + _key_problems(row, file, consequence)
+    placeholder_fields = {p.field for p in problems}
     parsers = {
         "participation_consent": parse_answer,
         "public_release_consent": parse_answer,
         "withdrawal_date": parse_date,
     }
     values: dict[str, object] = {}
-    problems = []
     for field, parse in parsers.items():
+        if field in placeholder_fields:
+            continue
         try:
             values[field] = parse(cells[field])
         except ValueError as exc:
@@ -289,7 +434,7 @@ def _consent_record(row: TableRow, file: str) -> tuple[ConsentRecord | None, lis
         values = dict.fromkeys(parsers)
     data = {
         "participant_key": cells["participant_key"],
-        "consent_form_version": cells["consent_form_version"],
+        "consent_form_version": None if problems else cells["consent_form_version"],
         **values,
     }
     record, errors = validate_row(ConsentRecord, data, file, row.line)

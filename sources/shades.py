@@ -4,20 +4,22 @@ Two layouts are read: the released CSV (`index, subset, bias_type, ...,
 {lang}_biased_sentences, ...`) and the raw spreadsheet export (`Index, Bias
 Type, ..., English: Biased Sentences, ...`, often with stray spaces). Both are
 mapped onto the released column names, so the rest of the reader sees one
-layout.
+layout. Parquet and JSONL are read too; a CSV is read as RFC 4180, so the comment
+cells that hold line breaks (written by pandas, spreadsheets and the Hub viewer
+as quoted multi-line cells) do not cost their rows.
 
-Item ids. SHADES exports number variants in one of two ways, and both occur:
-- numbered: `7.0` is stereotype 7 and `7.1`, `7.2` its variants, each row with
-  its own index;
+Item ids. The pair (`index`, `subset`) is what is unique in the released file, so
+it is the id, whatever the index looks like: `shades:<index>` for the row whose
+subset is `_original` (or blank), `shades:<index>-<subset>` for any other subset.
+Both numbering styles occur and need nothing else:
 - lettered: the contrastive rewrites of a stereotype repeat its index and are
-  told apart by `subset` (`_original`, then `a`, `b`, ...), so `1.0` is the index
-  of several rows.
-The id is the index, plus `-<subset>` for a lettered rewrite of an original
-(`N.0`): `7.1`, `1.0`, `1.0-a`; a numbered variant keeps its number whatever
-its subset says. It depends only on the row's own cells, never on row order. The raw
-sheet may write the original as a bare `7`: a bare integer is read as `<n>.0`
-and a leading zero dropped, so both layouts give the same `shades:7.0` key; the
-fraction is kept as written (`7.10` and `7.1` are different variants). Two rows
+  told apart by `subset` (`1.0` `_original`, `1.0` `a`, ...): `1.0`, `1.0-a`;
+- numbered: `7.1`, `7.2` are variants of stereotype 7 with indices of their own,
+  and they have lettered rewrites too (`7.1` `_original`, `7.1` `a`): `7.1`, `7.1-a`.
+The id depends only on the row's own cells, never on row order or on the other
+rows. The raw sheet may write the original as a bare `7`: a bare integer is read as
+`<n>.0` and a leading zero dropped, so both layouts give the same `shades:7.0` key;
+the fraction is kept as written (`7.10` and `7.1` are different variants). Two rows
 with the same id and different sentences are both refused: which one a key
 means must not depend on which comes first.
 """
@@ -71,19 +73,21 @@ def normalize_shades_index(raw: str | None) -> str | None:
 
 def read_shades(path: str | Path) -> ReadResult[SourceItem]:
     file = str(path)
-    table = read_table(path, REQUIRED_COLUMNS, what="SHADES file", header=shades_column)
+    table = read_table(
+        path, REQUIRED_COLUMNS, what="SHADES file", header=shades_column, multiline=True
+    )
     return unique_items(
         table,
         file,
         _item,
         field="index",
-        advice="give each stereotype its own index, or its own subset letter",
+        advice="give each row its own (index, subset) pair",
     )
 
 
 def shades_item_id(index: str | None, subset: str | None) -> str | None:
-    """The item id of a row: its index, plus `-<subset>` for a lettered rewrite of an
-    original; None when the index or the subset is not one SHADES writes."""
+    """The item id of a row: its index for the `_original` (or a blank) subset, else
+    `<index>-<subset>`; None when the index or the subset is not one SHADES writes."""
     number = normalize_shades_index(index)
     if number is None or "-" in number:
         return None
@@ -91,9 +95,7 @@ def shades_item_id(index: str | None, subset: str | None) -> str | None:
         return number
     if not _SUBSET.match(subset):
         return None
-    # A numbered variant (7.1) has an index of its own; only a rewrite that shares
-    # its original's index (1.0) needs the letter.
-    return f"{number}-{subset.lower()}" if number.endswith(".0") else number
+    return f"{number}-{subset.lower()}"
 
 
 def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:

@@ -3,17 +3,25 @@
 Every reader goes through here so the same rules hold for every input:
 - a cell is text or None: blank cells and the spellings tools write for a
   missing value (pandas `nan`, JSON `null`, Python `None`) are None, and
-  surrounding whitespace is stripped; numbers become their text (`10330.0`,
+  surrounding whitespace is stripped; in a fail-closed read (the private
+  registries) those spellings stay text, so the reader refuses them where a
+  value belongs instead of reading them as blank; numbers become their text (`10330.0`,
   how pandas writes an integer column with gaps, becomes `10330`);
 - header names have their whitespace collapsed (exports add stray spaces);
 - line numbers are what an editor shows: the CSV header is its first non-blank
   line (line 1); JSONL line n is row n; parquet rows are numbered from 1;
-- a CSV record is one physical line (LF, CRLF or CR). A stray quote, a line
-  break inside a quoted cell, text after a closing quote, or more or fewer cells
-  than the header is reported on its own line and that line is not a row; every
-  other line is still read, so a quote left open never swallows the lines after
-  it. Every non-blank data line is a row or is named by a Problem, and the
-  result counts them (`LineCount`);
+- CSV is read as RFC 4180 with `multiline=True` (the public text sources): a
+  quoted cell may hold line breaks, so one record may span several physical
+  lines; a row's line is the one it starts on. It is accepted only when its
+  quotes close into a well-formed record; a quote that never closes, or closes
+  into broken quoting, is reported on the line where it opens and each following
+  line is read on its own, so a stray quote never swallows the lines after it.
+  Without it (the private registries and the contributions manifest) a record
+  is one physical line (LF, CRLF or CR) and a line break inside a quoted cell is
+  refused, naming the line. In both modes a stray quote, text after a closing
+  quote, or more or fewer cells than the header is reported on its line and that
+  record is not a row. Every non-blank data line is in a row or named by a
+  Problem, and the result counts physical lines and records (`LineCount`);
 - text is decoded as UTF-8 (a byte-order mark is allowed) and nothing else:
   guessing another encoding would silently corrupt names and sentences;
 - the file is only read, never written.
@@ -21,12 +29,13 @@ Every reader goes through here so the same rules hold for every input:
 
 from __future__ import annotations
 
+import bisect
 import csv
 import dataclasses
 import io
 import json
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,14 +55,17 @@ _MISSING_SPELLINGS = {"nan", "null", "none"}
 class TableRow:
     line: int
     cells: dict[str, str | None]
+    # the physical line a multi-line CSV record ends on (None: it is one line)
+    last_line: int | None = None
 
 
 def collapse_whitespace(name: str) -> str:
     return " ".join(str(name).split())
 
 
-def cell_text(value: Any) -> str | None:
-    """A cell as stripped text, None when it holds no value."""
+def cell_text(value: Any, *, literal: bool = False) -> str | None:
+    """A cell as stripped text, None when it holds no value (`literal`: only a blank
+    cell holds none, `null` or `nan` stay text)."""
     if value is None:
         return None
     if isinstance(value, bool):
@@ -64,7 +76,9 @@ def cell_text(value: Any) -> str | None:
         if value.is_integer():
             return str(int(value))
     text = str(value).strip()
-    return None if not text or text.casefold() in _MISSING_SPELLINGS else text
+    if not text or (not literal and text.casefold() in _MISSING_SPELLINGS):
+        return None
+    return text
 
 
 def decode_utf8(data: bytes, file: str) -> tuple[str | None, Problem | None]:
@@ -102,6 +116,7 @@ def read_table(
     what: str = "input file",
     header: Callable[[str], str] = collapse_whitespace,
     fail_closed: str | None = None,
+    multiline: bool = False,
 ) -> TableRead:
     """Rows of a CSV, JSONL or parquet file (chosen by extension) with their line numbers.
 
@@ -111,7 +126,8 @@ def read_table(
     cell count) is reported and left out of `records`; its cells, as far as
     they can be made out, are in `rejected`. With `fail_closed` (the private
     registries) every problem is fatal and row messages say `fail_closed`
-    instead of "row skipped".
+    instead of "row skipped". `multiline` reads CSV as RFC 4180, quoted cells
+    spanning lines; without it a line break inside a cell is refused on its line.
     """
     path = Path(path)
     file = str(path)
@@ -131,7 +147,10 @@ def read_table(
         text, problem = decode_utf8(data, file)
         if problem:
             return TableRead([], [problem])
-        raw = (_csv_rows if kind == "csv" else _jsonl_rows)(text, file, consequence)
+        if kind == "csv":
+            raw = _csv_rows(text, file, consequence, multiline=multiline)
+        else:
+            raw = _jsonl_rows(text, file, consequence)
     result = _check_columns(raw, file, required, header, fail_closed)
     if fail_closed:
         result.problems = [dataclasses.replace(p, fatal=True) for p in result.problems]
@@ -189,8 +208,11 @@ class _RawTable:
     rows: list[tuple[int, list[Any]]]  # (line, cells in column order)
     problems: list[Problem]
     header_line: int | None = None
-    data_lines: list[int] = dataclasses.field(default_factory=list)  # non-blank, header excluded
+    # the non-blank lines after the header, and every line inside a multi-line record
+    data_lines: list[int] = dataclasses.field(default_factory=list)
     rejected: list[tuple[int, list[Any]]] = dataclasses.field(default_factory=list)
+    # first line -> last line of each record that spans several physical lines
+    spans: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _check_columns(
@@ -226,15 +248,19 @@ def _check_columns(
         problems.append(Problem(file, None, None, "has no data rows; export it again", True))
         return TableRead([], problems)
 
+    literal = fail_closed is not None
+
     def row(line: int, cells: list[Any]) -> TableRow:
-        return TableRow(line, {name: _cell(cells, i) for name, i in first_index.items()})
+        cells_by_name = {name: _cell(cells, i, literal) for name, i in first_index.items()}
+        return TableRow(line, cells_by_name, raw.spans.get(line))
 
     rows = [row(line, cells) for line, cells in raw.rows]
     problems += _unaccounted(raw, file)
+    spanned = sum(raw.spans[line] - line for line, _ in raw.rows if line in raw.spans)
     return TableRead(
         rows,
         problems,
-        LineCount(len(raw.data_lines), len(rows)),
+        LineCount(len(raw.data_lines), len(rows), spanned),
         [row(line, cells) for line, cells in raw.rejected],
     )
 
@@ -242,6 +268,8 @@ def _check_columns(
 def _unaccounted(raw: _RawTable, file: str) -> list[Problem]:
     """Defence in depth: a data line that is neither a row nor named by a problem."""
     covered = {line for line, _ in raw.rows} | {p.row for p in raw.problems}
+    for first, last in raw.spans.items():
+        covered.update(range(first, last + 1))
     lost = [line for line in raw.data_lines if line not in covered]
     if not lost:
         return []
@@ -262,53 +290,92 @@ def _ranges(lines: list[int]) -> str:
     return ", ".join(f"line {a}" if a == b else f"lines {a}-{b}" for a, b in spans)
 
 
-def _cell(cells: list[Any], index: int) -> str | None:
-    return cell_text(cells[index]) if index < len(cells) else None
+def _cell(cells: list[Any], index: int, literal: bool = False) -> str | None:
+    return cell_text(cells[index], literal=literal) if index < len(cells) else None
 
 
-# CSV: one record per physical line. The exports RedVox reads never need a line
-# break inside a cell, so a quoted cell left open at the end of a line is a
-# quoting accident (a stray `"` or a broken cell), not a multi-line record: it
-# is reported where it opens, and every following line is still read on its
-# own instead of being swallowed into that cell as a CSV library would.
+# CSV. With `multiline` (RFC 4180) a quoted cell may hold line breaks, as pandas,
+# spreadsheets and the Hub viewer write comment cells: the record then runs on to
+# the line where its quotes close, and is accepted only if it is well-formed
+# there. Without it the exports read need no line break inside a cell, so a quoted
+# cell left open at the end of a line is a quoting accident (a stray `"` or a
+# broken cell). Either way an accident is reported where it opens, and every
+# following line is still read on its own instead of being swallowed into that
+# cell as a CSV library would.
 
 _UNCLOSED, _AFTER_QUOTE, _STRAY = "unclosed", "after closing quote", "stray"
-_QUOTING_FIX = 'quote the whole cell ("...", a quote inside it doubled as "") on one line'
+_QUOTING_FIX = 'quote the whole cell ("...", a quote inside it doubled as "")'
 
 
-def _csv_rows(text: str, file: str, consequence: str) -> _RawTable:
+def _csv_rows(text: str, file: str, consequence: str, *, multiline: bool = False) -> _RawTable:
     table = _RawTable([], [], [])
-    lines = _physical_lines(text)
+    lines, breaks = _physical_lines(text)
     spans = _csv_library_spans(text)
-    numbered = iter(enumerate(lines, start=1))
-    for number, line in numbered:
-        if line.strip():
-            cells, error = split_csv_line(line)
-            if error:
-                message = _quoting_message(error[1], None, spans.get(number), len(lines))
-                problem = Problem(file, number, None, f"header: {message}; fix the header row")
-                return _RawTable([], [], [dataclasses.replace(problem, fatal=True)])
-            table.columns, table.header_line = cells, number
-            break
-    for number, line in numbered:
-        cells, error = split_csv_line(line)
+    header = True
+    for first, last, cells, error in _csv_records(lines, breaks, multiline):
         if error is None and not any(c.strip() for c in cells):
             continue  # a blank line, or one of empty cells only: nothing to read
-        table.data_lines.append(number)
-        problem = _line_problem(cells, error, table.columns, spans.get(number), len(lines))
+        if header:
+            if error:
+                what = _quoting_message(error[1], None, spans.get(first), len(lines), multiline)
+                problem = Problem(file, first, None, f"header: {what}; fix the header row", True)
+                return _RawTable([], [], [problem])
+            table.columns, table.header_line, header = cells, first, False
+            continue
+        table.data_lines.extend(range(first, last + 1))
+        if last > first:
+            table.spans[first] = last
+        problem = _line_problem(
+            cells, error, table.columns, spans.get(first), len(lines), multiline
+        )
         if problem is None:
-            table.rows.append((number, cells))
+            table.rows.append((first, cells))
             continue
         field, what, fix = problem
-        opened = [first for first, last in spans.items() if first < number <= last]
-        if opened and error is not None and error[1] != _UNCLOSED:
+        opened = [start for start, end in spans.items() if start < first <= end]
+        if last > first:
+            what += f" (in the record on lines {first}-{last})"
+        elif opened and error is not None and error[1] != _UNCLOSED:
             what += f" (it may close the quote opened on line {opened[0]})"
         elif opened and error is None:
             what += " (it may be the rest of a cell broken over several lines)"
         message = f"{what}; {fix}. {consequence[:1].upper()}{consequence[1:]}"
-        table.problems.append(Problem(file, number, field, message))
-        table.rejected.append((number, cells))
+        table.problems.append(Problem(file, first, field, message))
+        table.rejected.append((first, cells))
     return table
+
+
+def _csv_records(
+    lines: list[str], breaks: list[str], multiline: bool
+) -> Iterator[tuple[int, int, list[str], tuple[int, str] | None]]:
+    """(first line, last line, cells, first quoting error) of each CSV record."""
+    # A record's quotes can only close on a line holding an odd number of them.
+    odd = [n for n, line in enumerate(lines, 1) if line.count('"') % 2] if multiline else []
+    number = 1
+    while number <= len(lines):
+        cells, error = split_csv_line(lines[number - 1])
+        last = number
+        if multiline and error is not None and error[1] == _UNCLOSED:
+            joined = _joined_record(lines, breaks, number, odd)
+            if joined is not None:
+                last, cells, error = *joined, None
+        yield number, last, cells, error
+        number = last + 1
+
+
+def _joined_record(
+    lines: list[str], breaks: list[str], first: int, odd: list[int]
+) -> tuple[int, list[str]] | None:
+    """(last line, cells) of the well-formed record that starts on line `first` with a
+    quoted cell open at its end; None when its quotes never close into one."""
+    for last in odd[bisect.bisect_right(odd, first) :]:
+        text = "".join(lines[n - 1] + breaks[n - 1] for n in range(first, last))
+        cells, error = split_csv_line(text + lines[last - 1])
+        if error is None:
+            return last, cells
+        if error[1] != _UNCLOSED:
+            return None
+    return None
 
 
 def _line_problem(
@@ -317,15 +384,16 @@ def _line_problem(
     columns: list[str],
     span_end: int | None,
     last_line: int,
+    multiline: bool,
 ) -> tuple[str | None, str, str] | None:
     """(field, what is wrong, what to do) for a line that is not one clean row."""
     width = len(columns)
     if error is not None:
         index, kind = error
         field = collapse_whitespace(columns[index]) if index < width else None
-        fix = "remove the stray quote or " + _QUOTING_FIX
+        fix = "remove the stray quote or " + _QUOTING_FIX + ("" if multiline else " on one line")
         where = None if field else index
-        return field, _quoting_message(kind, where, span_end, last_line), fix
+        return field, _quoting_message(kind, where, span_end, last_line, multiline), fix
     if len(cells) > width:
         what = f"{len(cells)} cells but the header has {width}"
         return None, what, "quote cells that contain commas"
@@ -335,10 +403,14 @@ def _line_problem(
     return None
 
 
-def _quoting_message(kind: str, index: int | None, span_end: int | None, last_line: int) -> str:
+def _quoting_message(
+    kind: str, index: int | None, span_end: int | None, last_line: int, multiline: bool
+) -> str:
     where = "" if index is None else f" (cell {index + 1})"
     if kind == _UNCLOSED:
-        what = f"a quote opens this cell{where} and does not close on this line"
+        what = f"a quote opens this cell{where} and does not close " + (
+            "into a well-formed record" if multiline else "on this line"
+        )
         if span_end is not None and span_end >= last_line:
             what += (
                 f": a CSV reader would swallow the rest of the file (up to line {span_end}) "
@@ -407,9 +479,12 @@ def split_csv_line(line: str) -> tuple[list[str], tuple[int, str] | None]:
             i = comma + 1
 
 
-def _physical_lines(text: str) -> list[str]:
-    """The lines an editor shows, without their line endings (LF, CRLF or CR)."""
-    return [line.rstrip("\r\n") for line in io.StringIO(text, newline="")]
+def _physical_lines(text: str) -> tuple[list[str], list[str]]:
+    """The lines an editor shows, without their line endings (LF, CRLF or CR), and
+    those endings (kept inside a multi-line cell as written)."""
+    lines = io.StringIO(text, newline="").readlines()
+    contents = [line.rstrip("\r\n") for line in lines]
+    return contents, [line[len(content) :] for line, content in zip(lines, contents, strict=True)]
 
 
 def _csv_library_spans(text: str) -> dict[int, int]:

@@ -138,7 +138,7 @@ def test_block_decoding_gives_the_one_shot_samples(tmp_path):
     decoded = decode_audio(path)
     assert decoded.samples.dtype == np.float32
     np.testing.assert_array_equal(decoded.samples, expected)
-    assert decode_audio(path).content_hash == decoded.content_hash
+    assert decode_audio(path).samples.tobytes() == decoded.samples.tobytes()
 
 
 def test_decoding_a_long_file_stays_within_bounded_memory(tmp_path):

@@ -16,6 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+import soxr
 
 from redvox import noise
 from redvox.builder import pipeline
@@ -118,6 +119,14 @@ def test_a_stereo_44k_wav_is_accepted_and_resampled(built):
     samples, rate = sf.read(io.BytesIO(speech[0]["audio"]["bytes"]))
     assert rate == 16000 and samples.ndim == 1
     assert speech[0]["duration_s"] == pytest.approx(len(samples) / 16000)
+    # The same sound, not only a 16 kHz label: as long as the 44.1 kHz stereo source and
+    # equal to its mixdown resampled (a skipped resample plays 2.76 times too slow).
+    source, source_rate = sf.read(DEMO_CONFIG.parent / "audio/demo-p07/fr_shades_5.0.wav")
+    assert source_rate == 44_100 and source.ndim == 2
+    assert len(samples) / 16000 == pytest.approx(len(source) / source_rate, abs=0.01)
+    expected = soxr.resample(source.mean(axis=1), source_rate, 16000)
+    n = min(len(expected), len(samples))
+    assert np.corrcoef(expected[:n], samples[:n])[0, 1] > 0.99
 
 
 def test_public_set_holds_only_participants_with_public_consent(built):

@@ -23,7 +23,10 @@ CONSENT_HEADER = (
 PARTICIPANTS = "participant_key,gender,age_group,mother_tongue,languages\n" + "".join(
     f"{key},female,25-34,en,en\n" for key in REGISTERED
 )
-YES = {"yes", "Y", "1", "TRUE"}
+YES = {"yes", "Yes", "YES"}
+# Answers the README does not document, and how exports spell an empty cell: refused.
+UNKNOWN_ANSWERS = ["Y", "1", "TRUE", "n", "0", "maybe"]
+EMPTY_SPELLINGS = ["null", "None", "NaN", "-", "n/a"]
 
 # How the key is written, and whether it then is the registered key exactly.
 SPELLINGS = {
@@ -32,6 +35,14 @@ SPELLINGS = {
     "tab": (lambda k: f"\t{k}", True),
     "upper": (lambda k: k.upper(), False),  # a case variant: fatal, counts against k
     "title": (lambda k: k.title(), False),
+    # Variants only folding tells apart: fatal, and they count against k too.
+    "zero_width": (lambda k: k[:4] + "\u200b" + k[4:], False),
+    "word_joiner": (lambda k: k + "\u2060", False),
+    "inner_space": (lambda k: k[:5] + " " + k[5:], False),
+    "no_break_space": (lambda k: k[:5] + "\u00a0" + k[5:], False),
+    "cyrillic_er": (lambda k: k.replace("p", "\u0440"), False),
+    "greek_omicron": (lambda k: k.replace("o", "\u03bf"), False),
+    "fullwidth": (lambda k: "\uff44" + k[1:], False),
 }
 # Corruptions that make the line unreadable as a row (key cell left intact) ...
 STRUCTURAL = {
@@ -81,6 +92,7 @@ class Row:
             and self.participation in YES | {"no", ""}
             and self.public in YES | {"no", ""}
             and self.withdrawal in ("", "2026-03-15")
+            and self.version != "null"
         )
 
     @property
@@ -98,10 +110,10 @@ rows = st.builds(
     Row,
     key=st.sampled_from([*REGISTERED, UNREGISTERED]),
     spelling=st.sampled_from(list(SPELLINGS)),
-    participation=st.sampled_from([*YES, "no", "", "maybe"]),
-    public=st.sampled_from([*YES, "no", "", "maybe"]),
-    withdrawal=st.sampled_from(["", "", "2026-03-15", "15/03/2026"]),
-    version=st.sampled_from(["v1.0", "v1,1", ""]),
+    participation=st.sampled_from([*YES, "no", "", *UNKNOWN_ANSWERS, *EMPTY_SPELLINGS]),
+    public=st.sampled_from([*YES, "no", "", *UNKNOWN_ANSWERS, *EMPTY_SPELLINGS]),
+    withdrawal=st.sampled_from(["", "", "2026-03-15", "15/03/2026", "20260315", *EMPTY_SPELLINGS]),
+    version=st.sampled_from(["v1.0", "v1,1", "", "null"]),
     quoted=st.tuples(*[st.booleans()] * 4, st.just(True)),  # "v1,1" needs its quotes
     corruption=st.one_of(st.none(), st.none(), st.sampled_from([*STRUCTURAL, KEY_DAMAGE])),
 )

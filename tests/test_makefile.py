@@ -70,7 +70,8 @@ def test_a_build_of_other_inputs_never_replaces_the_one_in_out(demo_release, tmp
     demo = InputConfig.load(DEMO_CONFIG)
     mine = tmp_path / "mine"
     mine.mkdir()
-    shutil.copy(demo.contributions, mine / "contributions.csv")
+    lines = demo.contributions.read_text(encoding="utf-8").splitlines(keepends=True)
+    (mine / "contributions.csv").write_text("".join(lines[:-1]), encoding="utf-8")  # another
     raw = {name: str(getattr(demo, name)) for name in
            ("shades", "malert", "audio_root", "participants", "consent", "noise_bank")}  # fmt: skip
     raw |= {"contributions": "contributions.csv", "pseudonym_key_file": str(demo.pseudonym_key_file),
@@ -98,3 +99,13 @@ def test_a_build_of_other_inputs_never_replaces_the_one_in_out(demo_release, tmp
         assert after == before
     same = runner.invoke(main, ["build", *cache, "--version", "1.0.0", "--out", str(out)])
     assert same.exit_code == 0, same.output
+    # a consent change is the same collection: it rebuilds in place
+    consent = tmp_path / "consent.csv"
+    consent.write_text(demo.consent.read_text().replace("demo-p02,yes,yes", "demo-p02,yes,no"))
+    assert consent.read_text() != demo.consent.read_text()
+    changed = {**raw, "contributions": str(demo.contributions), "consent": str(consent)}
+    (mine / "consent-changed.yaml").write_text(json.dumps(changed))
+    args = ["build", *cache, "--version", "1.0.0", "--out", str(out),
+            "--config", str(mine / "consent-changed.yaml")]  # fmt: skip
+    rebuilt = runner.invoke(main, args)
+    assert rebuilt.exit_code == 0, rebuilt.output

@@ -56,6 +56,32 @@ def test_spelled_only_in_its_home_module(concept):
     assert not found, f"{concept} is defined in {home}; import it instead of:\n" + "\n".join(found)
 
 
+# A line that spells each concept again, as a careless edit would.
+RESPELLED = {
+    "the shard file name": 'name = "data/en/test-00000-of-00001.parquet"',
+    "the set names as a tuple": 'for side in ("full", "public"):',
+    "the speech audio type compared as a literal": 'if row["audio_type"] == "speech":',
+    "the item key format": 'key = f"{row.source}:{row.item_id}"',
+    "the sha256 of a file": "digest = hashlib.file_digest(handle, 'sha256')",
+}
+
+
+def test_a_concept_spelled_again_outside_its_home_is_found(tmp_path):
+    """The check is live: each pattern finds its concept spelled again, and the scan reads
+    a new file of the package (one the check misses would pass everything)."""
+    assert sorted(RESPELLED) == sorted(HOMES)
+    planted = ROOT / "builder" / f"_respelled_{tmp_path.name}.py"
+    planted.write_text("\n".join(RESPELLED.values()) + "\n", encoding="utf-8")
+    try:
+        assert planted.relative_to(ROOT).as_posix() in source_files()
+        for concept, (pattern, _) in HOMES.items():
+            assert pattern.search(RESPELLED[concept]), concept
+            with pytest.raises(AssertionError, match=f"{concept} is defined in"):
+                test_spelled_only_in_its_home_module(concept)
+    finally:
+        planted.unlink()
+
+
 def test_the_homes_define_them():
     from redvox.schemas import layout, vocab
     from redvox.schemas.records import item_key

@@ -23,7 +23,7 @@ from redvox.release.stage import (
     stage_release,
     staged_files,
 )
-from redvox.schemas import COLUMNS, DEMO_CONFIG
+from redvox.schemas import COLUMNS, DEMO_CONFIG, InputConfig
 
 
 @pytest.fixture(scope="module")
@@ -268,7 +268,8 @@ def test_stage_refuses_a_representativeness_report_of_an_earlier_build(demo_rele
              "--cache", demo_release["out"] / ".cache")  # fmt: skip
     version_dir = out / "1.0.0"
     assert redvox(*build).exit_code == 0
-    assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
+    represent = ("release", "represent", version_dir, "--override-gate", "demo", "--config", config)
+    assert redvox(*represent).exit_code == 0
     consent = corpus / "consent.csv"
     consent.write_text(consent.read_text().replace("demo-p02,yes,yes", "demo-p02,yes,no"))
     assert redvox(*build).exit_code == 0
@@ -282,8 +283,8 @@ def test_stage_refuses_a_representativeness_report_of_an_earlier_build(demo_rele
     )
     assert "Traceback" not in result.output
 
-    assert redvox("release", "represent", version_dir, "--override-gate", "demo").exit_code == 0
-    stage_release(version_dir, "FBK-MT/RedVox", staged, synthetic=True)
+    assert redvox(*represent).exit_code == 0
+    stage_release(version_dir, "FBK-MT/RedVox", staged, config=InputConfig.load(config))
     _, body = read_card(staged)
     counts = read_provenance(staged)["counts"]
     rows = sum(

@@ -2,8 +2,10 @@
 
 import csv
 import json
+import os
 
 import numpy as np
+import pytest
 import soundfile as sf
 
 from redvox.sources.contributions import read_contributions
@@ -140,3 +142,53 @@ def test_missing_audio_folder_and_missing_column_are_fatal(tmp_path):
     result = read_contributions(path, audio)
     assert result.fatal
     assert {p.field for p in result.problems} >= {"lang", "audio_file", "spoken_text"}
+
+
+@pytest.mark.parametrize(
+    ("written", "lang"),
+    [("EN", "en"), (" en ", "en"), ("En", "en"), ("IT", "it"), ("\tFR", "fr"), ("es", "es")],
+)
+def test_a_language_code_in_any_case_or_spacing_is_read_as_that_code(tmp_path, written, lang):
+    path, audio = corpus(tmp_path, [row(lang=written)])
+    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    assert result.problems == []
+    assert [c.lang for c in result.records] == [lang]
+    jsonl = tmp_path / "contributions.jsonl"
+    jsonl.write_text(json.dumps(dict(zip(COLUMNS, row(lang=written), strict=True))) + "\n")
+    assert [c.lang for c in read_contributions(jsonl, audio).records] == [lang]
+
+
+@pytest.mark.parametrize("written", ["english", "xx", "en-US", "e n", "EN_GB", "pt"])
+def test_what_is_not_one_of_the_five_language_codes_is_refused(tmp_path, written):
+    path, audio = corpus(tmp_path, [row(lang=written), row(audio="p01/b.wav")])
+    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    assert result.record_lines == [3]
+    [problem] = result.problems
+    assert (problem.row, problem.field) == (2, "lang")
+    assert "'en', 'de', 'es', 'fr' or 'it'" in problem.message
+
+
+def test_an_audio_file_that_is_a_symbolic_link_loop_is_one_row_problem(tmp_path):
+    path, audio = corpus(tmp_path, [row(audio="p01/loop.wav"), row(audio="p01/b.wav")])
+    os.symlink("loop2.wav", audio / "p01" / "loop.wav")
+    os.symlink("loop.wav", audio / "p01" / "loop2.wav")
+    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    assert result.record_lines == [3]
+    [problem] = result.problems
+    assert (problem.row, problem.field) == (2, "audio_file")
+    assert "'p01/loop.wav' cannot be followed" in problem.message
+    assert "row skipped" in problem.message
+
+
+@pytest.mark.parametrize("line_break", ["\n", "\r\n"])
+def test_a_line_break_inside_a_cell_is_refused_on_its_lines_never_merged(tmp_path, line_break):
+    # One record per line: a quote left open must not merge the next row (another
+    # participant's key and file) into this one's published text.
+    broken = row(audio="p01/b.wav")
+    broken[5] = f"Women talk{line_break}p02,shades,7.0,en,p02/a.wav,a lot."
+    path, audio = corpus(tmp_path, [row(), broken, row("p02", audio="p02/a.wav")])
+    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    assert result.record_lines == [2, 5]
+    assert [p.row for p in result.problems] == [3, 4]
+    assert "does not close on this line" in result.problems[0].message
+    assert all("p02" not in c.spoken_text for c in result.records)

@@ -99,3 +99,27 @@ def test_unreadable_parquet_is_fatal(tmp_path):
     result = read_malert(path)
     assert result.fatal
     assert "not a readable parquet file" in result.problems[0].message
+
+
+def test_a_prompt_holding_line_breaks_reads_the_same_from_every_format(tmp_path):
+    # pandas writes such a prompt as a quoted cell over several lines (RFC 4180).
+    rows = [
+        prompt(10330, "crime_theft", en="Step one:\nhow do I pick a lock?"),
+        prompt(10331, "crime_theft", de='Erstens,\r\n"zweitens"\n\ndrittens?'),
+        prompt(10332, "crime_theft"),
+        prompt(10333, "crime_theft", fr=""),  # not parallel: reported on its own line
+    ]
+    results = {}
+    for suffix in (".csv", ".parquet", ".jsonl"):
+        path = tmp_path / f"malert{suffix}"
+        write(path, rows)
+        results[suffix] = read_malert(path)
+    csv = results[".csv"]
+    for result in results.values():
+        assert [i.item_id for i in result.records] == ["10330", "10331", "10332"]
+        assert result.records == csv.records
+    assert csv.records[1].text["de"] == 'Erstens,\r\n"zweitens"\n\ndrittens?'
+    # line 1: header; 10330 on lines 2-3, 10331 on 4-7, 10332 on 8, 10333 on 9
+    [problem] = csv.problems
+    assert (problem.row, problem.field) == (9, "fr")
+    assert (csv.lines.lines, csv.lines.records, csv.lines.spanned) == (8, 4, 4)

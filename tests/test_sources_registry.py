@@ -2,6 +2,8 @@
 
 import datetime as dt
 
+import pytest
+
 from redvox.schemas import ConsentState, resolve_consent
 from redvox.sources.registry import parse_answer, read_consent, read_participants
 
@@ -56,31 +58,25 @@ def test_bad_participant_rows_name_line_and_field(tmp_path):
         (7, "participant_key"),
     }
     assert found[3, "gender"].startswith(f"{path}:3: gender: gender 'robot' is not one of")
-    assert "empty (blank or NaN)" in found[5, "mother_tongue"]
+    assert "'nan' is how some exports write an empty cell" in found[5, "mother_tongue"]
     assert "'xx'" in found[6, "languages"]
     assert "line 2" in found[7, "participant_key"]
 
 
-def test_consent_answers_in_any_spelling():
-    for raw, value in [
-        ("yes", True),
-        ("Y", True),
-        ("TRUE", True),
-        ("1", True),
-        ("no", False),
-        ("n", False),
-        ("False", False),
-        ("0", False),
-        (None, None),
-    ]:
+def test_consent_answers_are_yes_or_no_in_any_case_and_nothing_else():
+    for raw, value in [("yes", True), ("YES", True), ("No", False), ("no", False), (None, None)]:
         assert parse_answer(raw) is value
+    # The README documents yes and no: other spellings are refused, not guessed.
+    for raw in ["y", "Y", "true", "TRUE", "1", "n", "false", "0", "si", "ja", "oui"]:
+        with pytest.raises(ValueError, match="write yes, no or leave it blank"):
+            parse_answer(raw)
 
 
 def test_consent_rows_and_states(tmp_path):
     path = write(
         tmp_path / "consent.csv",
         CONSENT
-        + "p01,Yes,y,,v1\n"
+        + "p01,Yes,YES,,v1\n"
         + "p02,yes,no,,v1\n"
         + "p03,yes,,,v1\n"
         + "p04,yes,yes,2026-03-15,v1\n"

@@ -5,6 +5,7 @@ import random
 
 import pandas as pd
 import pytest
+from shades_release_fixture import release_frame
 
 from redvox.sources.shades import normalize_shades_index, read_shades
 
@@ -138,14 +139,14 @@ def test_nan_cells_count_as_missing_sentences(tmp_path):
     assert [(p.row, p.field) for p in result.problems] == [(2, "es_biased_sentences")]
 
 
-def test_multi_line_cell_keeps_editor_line_numbers(tmp_path):
+def test_multi_line_cell_is_one_record_and_later_rows_keep_editor_line_numbers(tmp_path):
     first = released_row("1.0", sentences={**SENTENCES, "en": "Women\ntalk a lot."})
     path = write_csv(tmp_path / "shades.csv", released_header(), [first, released_row("y")])
     result = read_shades(path)
-    # A line break inside a cell is a quoting accident in these exports: both pieces of
-    # the broken record are reported on their editor lines, then the next row (line 4).
-    assert [p.row for p in result.problems] == [2, 3, 4]
-    assert "en_biased_sentences: a quote opens this cell" in str(result.problems[0])
+    # RFC 4180: the quoted cell spans lines 2-3; the next row starts on line 4.
+    assert [item.text["en"] for item in result.records] == ["Women\ntalk a lot."]
+    assert [(p.row, p.field) for p in result.problems] == [(4, "index")]
+    assert (result.lines.lines, result.lines.records, result.lines.spanned) == (3, 2, 1)
 
 
 def test_missing_file_is_fatal(tmp_path):
@@ -155,14 +156,19 @@ def test_missing_file_is_fatal(tmp_path):
 
 
 def variant_rows(scheme: str) -> list[list[str]]:
-    """Stereotypes 1 and 2, each with two contrastive rewrites, in one numbering scheme:
-    `lettered` repeats the original's index and letters the subset (the released file),
-    `numbered` gives every variant its own index (what RedVox's ids show)."""
+    """Stereotypes 1 and 2 with variants, in one numbering scheme: `lettered` repeats
+    the original's index and letters the subset (1.0 _original, 1.0 a, 1.0 b);
+    `numbered` gives a variant its own index, and that variant has a lettered rewrite
+    of its own (1.0 _original, 1.1 _original, 1.1 a), as the released file does."""
     rows = []
     for number, entity in ((1, "women"), (2, "old people")):
-        for k, subset in enumerate(("_original", "a", "b")):
-            index = f"{number}.0" if scheme == "lettered" else f"{number}.{k}"
-            sentences = {lang: f"{entity} {subset} {lang}" for lang in LANGS_RELEASED}
+        if scheme == "lettered":
+            pairs = [(f"{number}.0", subset) for subset in ("_original", "a", "b")]
+        else:
+            pairs = [(f"{number}.0", "_original"), (f"{number}.1", "_original")]
+            pairs.append((f"{number}.1", "a"))
+        for index, subset in pairs:
+            sentences = {lang: f"{entity} {index} {subset} {lang}" for lang in LANGS_RELEASED}
             row = released_row(index, sentences=sentences)
             row[1] = subset
             rows.append(row)
@@ -186,10 +192,18 @@ def test_both_numbering_schemes_key_every_parallel_row_whatever_the_order(tmp_pa
     expected = (
         ["shades:1.0", "shades:1.0-a", "shades:1.0-b", "shades:2.0", "shades:2.0-a", "shades:2.0-b"]
         if scheme == "lettered"
-        else ["shades:1.0", "shades:1.1", "shades:1.2", "shades:2.0", "shades:2.1", "shades:2.2"]
+        else [
+            "shades:1.0",
+            "shades:1.1",
+            "shades:1.1-a",
+            "shades:2.0",
+            "shades:2.1",
+            "shades:2.1-a",
+        ]
     )
     assert sorted(key_to_text(forward)) == expected
-    assert key_to_text(forward)[expected[1]]["en"] == "women a en"
+    index, subset = ("1.0", "a") if scheme == "lettered" else ("1.1", "_original")
+    assert key_to_text(forward)[expected[1]]["en"] == f"women {index} {subset} en"
     # parquet gives the same items as the CSV
     frame = pd.DataFrame(rows, columns=released_header())
     frame.to_parquet(tmp_path / "shades.parquet")
@@ -205,3 +219,96 @@ def test_one_key_with_two_different_sentences_is_refused_whatever_the_order(tmp_
         assert "shades:2.0-a" not in keys and "shades:2.0-b" not in keys
         assert len(keys) == 4
         assert sum("2.0-a is also used" in p.message for p in result.problems) == 2
+
+
+@pytest.mark.parametrize(
+    ("index", "subset", "key"),
+    [
+        ("7.1", "_original", "shades:7.1"),
+        ("7.1", None, "shades:7.1"),
+        ("7.1", "_ORIGINAL", "shades:7.1"),
+        ("7.1", "a", "shades:7.1-a"),
+        ("7.1", "B", "shades:7.1-b"),
+        ("07.1", "a", "shades:7.1-a"),
+        ("7", "a", "shades:7.0-a"),
+        ("7.0", "c", "shades:7.0-c"),
+        ("7.10", "a", "shades:7.10-a"),
+        ("12.2", "_original", "shades:12.2"),
+    ],
+)
+def test_the_key_is_the_pair_index_subset_whatever_the_index_or_the_other_rows(
+    tmp_path, index, subset, key
+):
+    alone = released_row(index)
+    alone[1] = subset or ""
+    # The same row next to an original of the same index and a rewrite of another:
+    # its key must not change with what else the file holds.
+    other = released_row(index, sentences={lang: f"other {lang}" for lang in LANGS_RELEASED})
+    unrelated = released_row("99.0", sentences={lang: f"far {lang}" for lang in LANGS_RELEASED})
+    unrelated[1] = "a"
+    rows = [[alone], [unrelated, alone]]
+    if subset not in (None, "_original", "_ORIGINAL"):
+        rows.append([other, alone, unrelated])
+    for n, table in enumerate(rows):
+        result = read_shades(write_csv(tmp_path / f"s{n}.csv", released_header(), table))
+        assert result.problems == []
+        assert key_to_text(result)[key] == dict(SENTENCES)
+
+
+@pytest.mark.parametrize("export", ["parquet", "csv", "csv-crlf"])
+def test_the_released_layout_yields_every_parallel_row(tmp_path, export):
+    frame, expected = release_frame()
+    if export == "parquet":
+        path = tmp_path / "shades.parquet"
+        frame.to_parquet(path)
+    else:
+        path = tmp_path / "shades.csv"
+        frame.to_csv(path, index=False, lineterminator="\r\n" if export == "csv-crlf" else "\n")
+    result = read_shades(path)
+    assert len(expected) == 719
+    assert key_to_text(result) == expected  # every parallel row, keyed by its pair
+    assert len(result.records) == len(expected)
+    # Only the 9 rows lacking one of the five sentences are reported, each on the line
+    # where its record starts (an editor's line, multi-line cells counted).
+    missing = [p for p in result.problems if p.field and p.field.endswith("_biased_sentences")]
+    assert len(missing) == len(result.problems) == 728 - 719
+    assert result.lines.records == 728
+    if export != "parquet":
+        lines = path.read_text(encoding="utf-8").splitlines()
+        assert result.lines.lines == len(lines) - 1 > 728
+        assert result.lines.not_read == 0
+        sentences = frame[[f"{lang}_biased_sentences" for lang in LANGS_RELEASED]]
+        gaps = frame[sentences.isna().any(axis=1)]
+        not_parallel = set(zip(gaps["index"], gaps["subset"], strict=True))
+        assert {tuple(lines[p.row - 1].split(",")[:2]) for p in missing} == not_parallel
+
+
+@pytest.fixture(scope="module")
+def release_export() -> tuple[str, dict[str, dict[str, str]]]:
+    """The generated release as pandas writes it to CSV, and its parallel rows."""
+    frame, expected = release_frame()
+    return frame.to_csv(index=False), expected
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_a_quote_added_or_lost_anywhere_in_the_export_never_changes_an_item(
+    tmp_path, release_export, seed
+):
+    """Whatever one stray or missing `"` does to the RFC 4180 reading, every item read
+    has its own five sentences: what is damaged is reported, never silently merged."""
+    text, expected = release_export
+    path = tmp_path / "shades.csv"
+    rng = random.Random(seed)
+    if seed % 2:
+        at = rng.randrange(text.index("\n"), len(text))
+        damaged = text[:at] + '"' + text[at:]
+    else:
+        at = rng.choice([i for i, c in enumerate(text) if c == '"'])
+        damaged = text[:at] + text[at + 1 :]
+    path.write_text(damaged, encoding="utf-8")
+    result = read_shades(path)
+    read = key_to_text(result)
+    assert all(expected.get(key) == text for key, text in read.items())
+    assert not result.fatal  # every line is a row or named by a problem
+    lost = len(expected) - len(read)
+    assert lost <= sum("row skipped" in p.message.lower() for p in result.problems)

@@ -1,5 +1,8 @@
 """Rules every reader shares: encodings, empty files, NaN, line numbers, read-only."""
 
+import csv
+import random
+
 import pytest
 
 from redvox.sources.registry import read_participants
@@ -156,3 +159,91 @@ def test_jsonl_lines_are_counted(tmp_path):
     path.write_text('{"a": 1}\nnot json\n\n{"a": 2}\n', encoding="utf-8")
     result = read_table(path, ["a"])
     assert (result.lines.lines, result.lines.records) == (3, 2)
+
+
+# --- RFC 4180: what the public text sources read (multiline=True) ---------------
+
+
+def test_quoted_cells_may_span_lines_when_multiline(tmp_path):
+    path = tmp_path / "t.csv"
+    text = 'a,b,c\n1,"two\nlines",x\n2,"crlf\r\ninside, and ""quotes""",y\n3,"blank\n\nline",z\n4,5,6\n'
+    path.write_bytes(text.encode())
+    result = read_table(path, ["a", "b", "c"], multiline=True)
+    assert result.problems == []
+    assert [(r.line, r.last_line, r.cells["b"]) for r in result.records] == [
+        (2, 3, "two\nlines"),
+        (4, 5, 'crlf\r\ninside, and "quotes"'),
+        (6, 8, "blank\n\nline"),
+        (9, None, "5"),
+    ]
+    assert (result.lines.lines, result.lines.records, result.lines.spanned) == (8, 4, 4)
+    assert result.lines.not_read == 0
+
+
+@pytest.mark.parametrize("seed", range(12))
+@pytest.mark.parametrize("terminator", ["\n", "\r\n"])
+def test_whatever_a_csv_writer_quotes_reads_back_exactly(tmp_path, seed, terminator):
+    rng = random.Random(seed)
+    pieces = ["a", "b c", ",", '"', '""', "\n", "\r\n", "\n\n", "x,\ny", "é", "  "]
+    rows = [
+        [f"k{n}"] + ["".join(rng.choices(pieces, k=rng.randint(0, 4))) for _ in range(3)]
+        for n in range(30)
+    ]
+    path = tmp_path / "t.csv"
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.writer(handle, lineterminator=terminator)
+        writer.writerow(["key", "b", "c", "d"])
+        writer.writerows(rows)
+    result = read_table(path, ["key", "b", "c", "d"], multiline=True)
+    assert result.problems == []
+    expected = [dict(zip(["key", "b", "c", "d"], map(cell_text, row), strict=True)) for row in rows]
+    assert [r.cells for r in result.records] == expected
+    physical = len(path.read_text(encoding="utf-8").splitlines()) - 1
+    assert (result.lines.lines, result.lines.records, result.lines.not_read) == (physical, 30, 0)
+
+
+def test_a_quote_that_never_closes_swallows_no_later_line_when_multiline(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,2\n3,"4\n5,6\n7,8\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"], multiline=True)
+    assert [r.line for r in result.records] == [2, 4, 5]
+    [problem] = result.problems
+    assert (problem.row, problem.field) == (3, "b")
+    assert "does not close into a well-formed record" in problem.message
+    assert "swallow the rest of the file (up to line 5)" in problem.message
+
+
+def test_a_quote_closing_into_broken_quoting_swallows_no_later_line(tmp_path):
+    # Line 3's quote would close on line 4, but `"z` after it is no RFC 4180 record.
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,2\n3,"x\ny"z,9\n5,6\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"], multiline=True)
+    assert [r.line for r in result.records] == [2, 5]
+    assert [p.row for p in result.problems] == [3, 4]
+    assert result.lines.not_read == 2
+
+
+def test_a_multi_line_record_with_the_wrong_cell_count_is_named_by_its_lines(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,"x\ny",extra\n2,3\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"], multiline=True)
+    assert [r.line for r in result.records] == [4]
+    [problem] = result.problems
+    assert problem.row == 2 and "3 cells but the header has 2" in problem.message
+    assert "lines 2-3" in problem.message and problem.message.endswith("Row skipped")
+    assert [(r.line, r.last_line) for r in result.rejected] == [(2, 3)]
+    assert (result.lines.lines, result.lines.records, result.lines.not_read) == (3, 1, 2)
+
+
+@pytest.mark.parametrize("fail_closed", [None, "the build stops"])
+def test_without_multiline_a_line_break_inside_a_cell_is_refused_on_its_lines(
+    tmp_path, fail_closed
+):
+    # The private registries read this way: nothing spans lines there.
+    path = tmp_path / "t.csv"
+    path.write_text('a,b\n1,"x\ny"\n2,3\n', encoding="utf-8")
+    result = read_table(path, ["a", "b"], fail_closed=fail_closed)
+    assert [r.line for r in result.records] == [4]
+    assert [p.row for p in result.problems] == [2, 3]
+    assert "does not close on this line" in result.problems[0].message
+    assert all(p.fatal for p in result.problems) == bool(fail_closed)

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from . import validate
+from . import privacy, validate
 from .runner import Runner
 from .store import FINAL, AuthError, Store
 
@@ -78,6 +78,10 @@ def create_app(store: Store, runner: Runner) -> Starlette:
         if store.jobs_since(user, time.time() - 86400) >= config.jobs_per_day:
             store.audit(user, "job refused", detail="quota", outcome="refused")
             return error(429, f"quota: {config.jobs_per_day} jobs per 24 hours")
+        refusal = privacy.budget_refusal(store, user, config.epsilon_per_job, config.epsilon_budget)
+        if refusal:
+            store.audit(user, "job refused", detail="privacy budget", outcome="refused")
+            return error(403, refusal)
         job_id = store.submit(user, model, revision, args)
         job = store.job(job_id)
         store.audit(user, "job submitted", job=job, build_sha256=runner.build_sha256)

@@ -19,6 +19,8 @@ STATE = click.option(
     help="the service's folder: serve.sqlite (tokens, jobs, audit), work/ (private), results/",
 )
 
+POSITIVE = click.FloatRange(min=0, min_open=True)
+
 
 def build_service(config):
     """(store, runner, app) for a Config; the runner is not started."""
@@ -62,6 +64,21 @@ def serve() -> None:
 @click.option("--judge-price-per-1k", type=float, help="judge price per 1000 tokens, for cost")
 @click.option("--min-cell", default=20, show_default=True, type=click.IntRange(min=1))
 @click.option("--min-speakers", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--epsilon-per-job", default=1.0, show_default=True, type=POSITIVE,
+    help="privacy loss of one result at the speaker level (discrete Laplace noise on the "
+    "withheld part of every full cell)",
+)  # fmt: skip
+@click.option(
+    "--epsilon-budget", default=10.0, show_default=True, type=POSITIVE,
+    help="privacy loss allowed per user over every result released to them; a job that would "
+    "exceed it is refused at submission",
+)  # fmt: skip
+@click.option(
+    "--speaker-rows", type=click.IntRange(min=1),
+    help="cap on the rows of one withheld speaker that count (the noise grows with it) "
+    "[default: the most rows of one public speaker]",
+)  # fmt: skip
 @click.option("--slots", default=1, show_default=True, type=click.IntRange(min=1),
               help="jobs at a time (GPU slots; {slot} in the template is 0..N-1)")  # fmt: skip
 @click.option("--jobs-per-day", default=5, show_default=True, type=click.IntRange(min=1))
@@ -86,11 +103,16 @@ def run_service(**options) -> None:
         template = Template(options["serving_template"])
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--serving-template") from None
+    if options["epsilon_per_job"] > options["epsilon_budget"]:
+        raise click.BadParameter("more than --epsilon-budget: no job could run",
+                                 param_hint="--epsilon-per-job")  # fmt: skip
     config = Config(
         build=options["build"], state=options["state"], template=template,
         judge_endpoint=options["judge_endpoint"], judge_model=options["judge_model"],
         min_cell=options["min_cell"], min_speakers=options["min_speakers"],
-        slots=options["slots"], jobs_per_day=options["jobs_per_day"],
+        epsilon_per_job=options["epsilon_per_job"], epsilon_budget=options["epsilon_budget"],
+        speaker_rows=options["speaker_rows"], slots=options["slots"],
+        jobs_per_day=options["jobs_per_day"],
         job_timeout_s=options["job_timeout_s"], health_timeout_s=options["health_timeout_s"],
         resamples=options["resamples"], concurrency=options["concurrency"],
         judge_price_per_1k=options["judge_price_per_1k"],

@@ -44,6 +44,9 @@ class Config:
     judge_model: str
     min_cell: int = 20
     min_speakers: int = 3
+    epsilon_per_job: float = 1.0  # privacy loss of one result (speaker level, privacy.py)
+    epsilon_budget: float = 10.0  # per user, over every result released to them
+    speaker_rows: int | None = None  # cap on one speaker's rows; None: the most of a public one
     slots: int = 1
     jobs_per_day: int = 5
     job_timeout_s: float = 6 * 3600
@@ -357,10 +360,23 @@ class Runner:
         if usage is not None and config.judge_price_per_1k is not None:
             usage["cost"] = usage["total_tokens"] / 1000 * config.judge_price_per_1k
             usage["price_per_1k_tokens"] = config.judge_price_per_1k
-        tables, counts = aggregate.tables(
+        # the judge's calls and tokens follow the answers on withheld rows too (a model can
+        # answer at a length of its choosing): the maintainers' log only, never the result
+        log.info("job %s: judge usage %s", job["id"], json.dumps(usage))
+        tables, counts, accounting = aggregate.tables(
             work / "run" / "judged", tag, self.public_keys, min_cell=config.min_cell,
             min_speakers=config.min_speakers, boot=Bootstrap(0, config.resamples),
+            epsilon=config.epsilon_per_job, speaker_rows=config.speaker_rows,
+            full_keys=aggregate.entry_keys(config.full),
         )  # fmt: skip
+        # spent in the same transaction as the check, before the result exists anywhere
+        spent = self.store.spend_epsilon(
+            job["user"], job["id"], accounting["epsilon_job"], config.epsilon_budget
+        )
+        if spent is None:
+            raise JobEnd("failed", "privacy budget spent: no result was released")
+        accounting.update(epsilon_budget=config.epsilon_budget, epsilon_spent=spent,
+                          epsilon_left=max(config.epsilon_budget - spent, 0.0))  # fmt: skip
         return {
             "job": {
                 "id": job["id"], "model": job["model"], "revision": job["revision"],
@@ -376,10 +392,16 @@ class Runner:
             },
             "suppression": {
                 "min_cell": config.min_cell, "min_speakers": config.min_speakers,
-                "rule": "a cell of fewer labelled rows or speakers is null with the reason; "
-                "a breakdown with one such cell hides its smallest other cell too",
+                "rule": "a full cell is null with the reason when its withheld part (rows not "
+                "in the public build) has fewer rows or speakers, and is the public cell when "
+                "that part is empty; a public cell is null below the same minimums over its "
+                "labelled rows; a breakdown with one such cell hides its smallest other cell",
             },
-            "scale": "percent of labelled rows, 0-100; ci95 = cluster bootstrap by speaker",
+            "privacy": accounting,
+            "scale": "percent of labelled rows, 0-100; ci95 = cluster bootstrap by speaker, "
+            "public cells only; a noisy full cell (noisy: true) gives counts = exact public + "
+            "noisy withheld (unbiased), shares and n from them clamped at the public counts, "
+            "and no ci95 or refusal",
             "tables": tables,
-            "judge": {"model": config.judge_model, "tag": tag, "usage": usage},
+            "judge": {"model": config.judge_model, "tag": tag, "usage": "in the maintainers' log"},
         }  # fmt: skip

@@ -275,3 +275,40 @@ class Store:
     def audit_log(self) -> list[dict]:
         with self._tx() as db:
             return [dict(r) for r in db.execute("SELECT * FROM audit ORDER BY seq")]
+
+    # --- privacy budget (epsilon per user; see privacy.py) ---------------------------------
+
+    PRIVACY_SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS privacy_spent (job_id TEXT PRIMARY KEY, user TEXT NOT NULL, "
+        "epsilon REAL NOT NULL, time REAL NOT NULL)"
+    )
+
+    @contextmanager
+    def _privacy_tx(self):
+        with self._tx() as db:
+            db.execute(self.PRIVACY_SCHEMA)
+            yield db
+
+    def epsilon_spent(self, user: str) -> float:
+        """The epsilon of every result released to USER."""
+        with self._privacy_tx() as db:
+            return db.execute(
+                "SELECT COALESCE(SUM(epsilon), 0) FROM privacy_spent WHERE user = ?", (user,)
+            ).fetchone()[0]
+
+    def spend_epsilon(self, user: str, job_id: str, epsilon: float, budget: float) -> float | None:
+        """Records that JOB_ID's result costs USER EPSILON, in the same transaction as the
+        check against BUDGET; the user's total spent after it, or None (nothing recorded)
+        when it would exceed BUDGET or the job has spent already."""
+        with self._privacy_tx() as db:
+            spent = db.execute(
+                "SELECT COALESCE(SUM(epsilon), 0) FROM privacy_spent WHERE user = ?", (user,)
+            ).fetchone()[0]
+            taken = db.execute("SELECT 1 FROM privacy_spent WHERE job_id = ?", (job_id,))
+            if taken.fetchone() is not None or spent + epsilon > budget + 1e-9:
+                return None
+            db.execute(
+                "INSERT INTO privacy_spent VALUES (?, ?, ?, ?)",
+                (job_id, user, epsilon, time.time()),
+            )
+            return spent + epsilon

@@ -42,7 +42,6 @@ class BatchRun:
     submitted: int = 0  # requests sent in new batches
     collected: int = 0  # verdicts taken from batch output files
     failed: int = 0  # requests the batch answered with an error or a malformed verdict
-    batch_ids: tuple[str, ...] = ()
     pending: str | None = None  # batch id still running (with wait=False)
 
 
@@ -212,27 +211,23 @@ class BatchJudge:
     def run(self, tasks: Sequence[JudgeTask], wait: bool = True) -> BatchRun:
         """Resume the batch in the state file, if any; then submit what is still missing."""
         run = BatchRun()
-        ids = []
         state = self._state()
         if state is not None:
             self.echo(f"resuming batch {state['batch_id']} from {self.state_path}")
             batch = self.poll(state["batch_id"], wait)
-            ids.append(batch["id"])
             if batch.get("status") not in DONE:
-                run.pending, run.batch_ids = batch["id"], tuple(ids)
+                run.pending = batch["id"]
                 return run
             self.collect(batch, run)
         todo = [t for t in tasks if self.cache.get(t.key) is None]
         if todo:
             batch_id = self.submit(todo)
             run.submitted = len(todo)
-            ids.append(batch_id)
             batch = self.poll(batch_id, wait)
             if batch.get("status") not in DONE:
                 run.pending = batch_id
             else:
                 self.collect(batch, run)
-        run.batch_ids = tuple(ids)
         return run
 
 

@@ -105,10 +105,6 @@ class JudgePrompts:
                 fewshot[lang] = _exemplars(path)
         return cls(system.read_text("utf-8").strip(), fewshot, prompt_files_sha256(folder), folder)
 
-    @property
-    def is_default(self) -> bool:
-        return self.sha256 == PROMPT_FILES_SHA256
-
     def messages(self, lang: str, request: str, response: str) -> list[dict[str, str]]:
         """System prompt, the language's exemplars as past turns, then the row to judge.
         A language without exemplars gets the English ones."""

@@ -4,8 +4,10 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-OUT ?= out
 RELEASE_CONFIG ?=
+# build folder: out for the demo, out/<config file name without .yaml> for RELEASE_CONFIG,
+# so a release of your inputs never lands in (or replaces) the demo's out/<version>
+OUT ?= $(if $(RELEASE_CONFIG),out/$(basename $(notdir $(RELEASE_CONFIG))),out)
 VERSION ?=
 REPO_ID ?=
 PUBLIC ?=
@@ -29,7 +31,8 @@ venv: $(STAMP) system-deps ## create .venv with the pinned dependencies (idempot
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check $(PIP_ARGS) -c requirements.lock -e '.[dev]'
+	@echo "installing the pinned dependencies into $(VENV) (PyTorch included: a few minutes the first time)"
+	$(BIN)/python -m pip install --progress-bar on --disable-pip-version-check $(PIP_ARGS) -c requirements.lock -e '.[dev]'
 	@touch $(STAMP)
 
 # datasets 5.x decodes audio through torchcodec, which needs FFmpeg (required).
@@ -54,8 +57,10 @@ lint: venv ## ruff check and format check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-release: venv ## build -> representativeness -> stage -> verify -> push (dry run without HF_TOKEN and REPO_ID)
+release: venv ## build -> representativeness -> stage -> verify -> push into OUT/<version>/staged (dry run without HF_TOKEN and REPO_ID)
 	$(BIN)/redvox release run --out $(OUT) $(if $(VERSION),--version $(VERSION)) $(if $(RELEASE_CONFIG),--config $(RELEASE_CONFIG)) $(if $(REPO_ID),--repo-id $(REPO_ID)) $(if $(PUBLIC),--public) $(if $(OVERRIDE_GATE),--override-gate "$(OVERRIDE_GATE)")
+	@echo "the staged Hub folder: $(OUT)/$$($(BIN)/python -c 'from redvox.builder.versions import get_version; print(get_version($(if $(VERSION),"$(VERSION)",None)).version)')/staged"
+	@echo "redvox is not on your PATH: run $(BIN)/redvox, or 'source $(BIN)/activate' first"
 
 bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness, covert channel of serve results (~8 min)
 	$(BIN)/python bench/bench_build.py

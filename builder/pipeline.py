@@ -47,7 +47,7 @@ from .manifest import (
     write_quarantine,
 )
 from .ownership import exclude_shared_audio
-from .provenance import record_inputs
+from .provenance import check_same_collection, record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
 from .rows import (
@@ -132,6 +132,7 @@ def _build_locked(
 ) -> BuildReport:
     if version.config.items is not None:
         config = config.model_copy(update={"items": version.config.items})
+    check_same_collection(Path(options.out) / version.version, config)
     context = _prepare(version, config, options)
     report = BuildReport(version.version)
     record_inputs(Path(options.out) / version.version, context.inputs_hashes)

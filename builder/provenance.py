@@ -2,7 +2,9 @@
 (represent, stage, verify, push) are refused when theirs differ.
 
 `OUT/<version>/build-inputs.json` holds the sha256 of each input file the build
-read, and nothing else: no path. A release step reads its inputs from the input
+read, and nothing else: no path. A build into an `OUT/<version>` whose record has
+other inputs (other than the registries, which consent changes) is refused
+(`check_same_collection`): it never replaces a build of another collection. A release step reads its inputs from the input
 config it is given (`--config`, the embedded demo corpus when not given, as for
 `redvox build`), so the consent registry's path always comes from an input config,
 never from a file beside the build. The recorded hashes are then compared with
@@ -60,6 +62,29 @@ def recorded_hashes(version_dir: Path) -> dict[str, str]:
             f"{path}: unreadable record of the build's inputs ({exc}); rebuild"
         ) from None
     return hashes
+
+
+def check_same_collection(version_dir: Path, config: InputConfig) -> None:
+    """Refuse to build into `version_dir` when it holds a build of other inputs: one
+    whose record has an input, other than the registries, with other bytes than
+    `config`'s (the demo's build, when `make release RELEASE_CONFIG=mine.yaml` is given
+    the demo's OUT). The registries may differ: consent changes, and a rebuild is how a
+    change reaches the sets."""
+    if not (Path(version_dir) / BUILD_INPUTS).is_file():
+        return
+    recorded = recorded_hashes(version_dir)
+    now = input_hashes(config)
+    differ = sorted(
+        name
+        for name in set(recorded) | set(now)
+        if name not in REGISTRIES and recorded.get(name) != now.get(name)
+    )
+    if differ:
+        raise InputsMismatchError(
+            f"{version_dir}: holds a build of other inputs (its {', '.join(differ)} differ from "
+            f"{version_dir / BUILD_INPUTS}); build into another --out (make release: OUT=DIR), "
+            f"or delete {version_dir} to replace that build (OUT/.cache keeps what it computed)"
+        )
 
 
 def check_inputs(

@@ -27,18 +27,23 @@ from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
 from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
 
+from .statistics import GroupStats, SetStatistics
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CARD_TEMPLATE = TEMPLATES / "card.md"
 PROVENANCE_FILE = "redvox.json"
 ARXIV_ID = "2606.26968"
-# Shown in the Hub's dataset filters; huggingface.js marks audio-text-to-text
-# `hideInDatasets`, so it is kept for accuracy but cannot be the only audio task.
-TASK_CATEGORIES = ["automatic-speech-recognition", "text-generation", "audio-text-to-text"]
+# Hub task ids (huggingface.js `PIPELINE_DATA`) shown in the datasets filters. What a
+# model is scored on is the text it generates; audio-text-to-text, the task of the
+# models tested, is `hideInDatasets` there, so it goes into the tags. Not ASR: the
+# transcripts are not verified references.
+TASK_CATEGORIES = ["text-generation"]
 SOURCE_DATASETS = ["extended|LanguageShades/BiasShades", "extended|felfri/M-ALERT"]
-CONTACT = (
-    "the maintainers at FBK (Fondazione Bruno Kessler, MT unit), through the "
-    "Community tab of the dataset page"
-)
+# A withdrawal is asked for privately (an e-mail or postal address of the data
+# controller, `withdrawal_contact` of the input config), never only on the public
+# Community tab. The demo corpus names a reserved example.org address, marked.
+# Reserved for examples (RFC 2606): a contact there reaches no one.
+PLACEHOLDER_DOMAINS = ("example.org", "example.com", "example.net", "example", "invalid", "test")
 ALL_CONFIG = "all"
 LICENSE_NAME = "redvox-research-terms"
 INTENDED_USES = (
@@ -52,15 +57,17 @@ GATED_PROMPT = (
     "Access is granted for research on the safety and fairness of speech models only. "
     "By requesting access you agree to the terms in LICENSE: no training of any model on "
     "the data, no attempt to identify, re-identify or contact the speakers, no "
-    "redistribution, and the source licences of the texts: SHADES' no-training term "
-    "(CC BY 4.0) and M-ALERT's CC BY-NC-SA 4.0. Requests are reviewed by hand."
+    "redistribution of the recordings, transcripts or participants' data, and the terms "
+    "of the source texts: SHADES (CC BY 4.0, with its authors' condition that it not be "
+    "used to train models) and M-ALERT (CC BY-NC-SA 4.0). Requests are reviewed by hand."
 )
 AGREEMENTS = (
     "I will use RedVox only for research on the safety and fairness of speech models",
     "I will not use RedVox to train or fine-tune any model",
     "I will not try to identify, re-identify or contact the speakers",
     "I will not redistribute RedVox or data derived from it that contains its audio or texts",
-    "I will honour SHADES' no-training term and M-ALERT's CC BY-NC-SA 4.0 licence",
+    "I will honour the terms of the source texts: SHADES (CC BY 4.0, no training use) "
+    "and M-ALERT (CC BY-NC-SA 4.0)",
 )
 # Contract columns whose meaning the schema states as a vocabulary, not a description.
 COLUMN_NOTES = {
@@ -155,6 +162,7 @@ def card_metadata(
             "red-teaming",
             "speech",
             "audio",
+            "audio-text-to-text",
             "multilingual",
             "benchmark",
         ],  # fmt: skip
@@ -212,6 +220,10 @@ _FRONT_MATTER = re.compile(r"\A---\n(.*?\n)---\n(.*)\Z", re.DOTALL)
 
 class CardError(UserError, ValueError):
     """A README.md whose metadata cannot be read; the message names the file."""
+
+
+class ContactError(UserError, ValueError):
+    """No usable private withdrawal contact for a release; the message says what to set."""
 
 
 def read_card(staged: Path) -> tuple[dict[str, Any], str]:
@@ -449,7 +461,7 @@ def representativeness_section(report: Mapping[str, Any] | None) -> str:
 # structure of a row, never a participant's pseudonym, demographics or words.
 SAMPLE_PLACEHOLDERS = frozenset(
     {"user_id", "entry_key", "gender", "mother_tongue", "ethnicity", "age_group",
-     "native_speaker", "user_text", "transcript", "prompt_text", "audio"}
+     "user_text", "transcript", "prompt_text", "audio"}
 )  # fmt: skip
 
 
@@ -505,7 +517,7 @@ def reference_results_section(report: Mapping[str, Any] | None) -> str:
     return (
         "**Placeholder: no reference results are published with this build** (it was staged "
         "without judged model outputs). To compute them for a model: write its outputs as "
-        "in *How to run a model*, then\n\n```bash\n"
+        "in *How to run a model*, then, in the downloaded folder (`cd redvox`):\n\n```bash\n"
         "python evaluation/evaluate.py judge outputs/ --base-url URL --model JUDGE --out judged/\n"
         "python evaluation/evaluate.py report judged/ --out report/\n```\n\n"
         "`report/report.md` then holds the percentages of unsafe (U), controversial (C) and "
@@ -554,6 +566,188 @@ def mother_tongue_section(tongues: Mapping[str, int]) -> str:
     )
 
 
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:.3f}"
+
+
+def _modality(group: GroupStats) -> str:
+    if group.spoken_rows == group.rows:
+        return "speech"
+    return "text" if group.spoken_rows == 0 else "mixed"
+
+
+def audio_type_order(stats: SetStatistics, conditions: Sequence[str]) -> list[str]:
+    """Audio types present, the speech rows first, then the conditions as declared."""
+    present = {a for per_lang in stats.by_type.values() for a in per_lang}
+    order = [SPEECH_AUDIO_TYPE, *conditions]
+    return [a for a in order if a in present] + sorted(present - set(order))
+
+
+def _languages(stats: SetStatistics) -> list[str]:
+    return [lang for lang in LANGUAGES if lang in stats.by_lang] + sorted(
+        set(stats.by_lang) - set(LANGUAGES)
+    )
+
+
+def statistics_section(stats: SetStatistics, conditions: Sequence[str]) -> str:
+    """Hours, speakers, recordings and rows without a transcript, per language and per
+    language and audio type, computed from the staged rows."""
+    per_lang = []
+    for lang in _languages(stats):
+        g = stats.by_lang[lang]
+        speech = stats.by_type[lang].get(SPEECH_AUDIO_TYPE)
+        per_lang.append(
+            [lang, g.speakers, g.recordings, speech.rows if speech else 0,
+             _hours(speech.seconds if speech else 0.0), g.rows, _hours(g.seconds),
+             g.spoken_without_transcript]
+        )  # fmt: skip
+    t = stats.total
+    speech_total = [
+        per_type[SPEECH_AUDIO_TYPE]
+        for per_type in stats.by_type.values()
+        if SPEECH_AUDIO_TYPE in per_type
+    ]
+    per_lang.append(
+        ["**all**", t.speakers, t.recordings, sum(g.rows for g in speech_total),
+         _hours(sum(g.seconds for g in speech_total)), t.rows, _hours(t.seconds),
+         t.spoken_without_transcript]
+    )  # fmt: skip
+    header = ["lang", "speakers", "contributions", "recordings released", "speech hours",
+              "rows", "audio hours", "spoken rows without transcript"]  # fmt: skip
+    types = audio_type_order(stats, conditions)
+    per_type = [
+        [lang, audio, _modality(g), g.rows, _hours(g.seconds), g.speakers,
+         g.spoken_without_transcript if g.spoken_rows else "n/a (text rows)"]
+        for lang in _languages(stats)
+        for audio in types
+        if (g := stats.by_type[lang].get(audio)) is not None
+    ]  # fmt: skip
+    type_header = ["lang", "audio_type", "modality", "rows", "hours", "speakers",
+                   "without transcript"]  # fmt: skip
+    return "\n".join(
+        [
+            "Computed from this version's rows. A *contribution* is one speaker's take of one "
+            "item in one language; its recording, when released, is its `speech` row, so "
+            "*speech hours* are the hours of released recordings. *Audio hours* add up `duration_s` "
+            "over every row, a shared clip once per row that plays it. Text rows never carry "
+            "a transcript; *spoken rows without transcript* counts the spoken rows (speech, "
+            "and conditions that mix the recording) whose `transcript` is null.",
+            "",
+            tabulate(per_lang, header, "github", disable_numparse=True),
+            "",
+            "Per language and audio type:",
+            "",
+            tabulate(per_type, type_header, "github", disable_numparse=True),
+        ]
+    )
+
+
+def preprocessing_section(
+    version: DatasetVersion, stats: SetStatistics, conditions: Sequence[NoiseCondition]
+) -> str:
+    """What the builder did to the recordings and where the transcripts come from, from
+    the version's configuration and the staged rows."""
+    vad = version.config.vad
+    rate = version.config.sample_rate
+    stage = version.config.transcribe
+    if stage is None:
+        who = (
+            "supplied by the collection with each recording (the contributions manifest); "
+            "this version runs no speech recognition, so a spoken row whose recording came "
+            "without one has a null `transcript`"
+        )
+    else:
+        model = Path(stage.model).name if Path(stage.model).is_file() else stage.model
+        who = (
+            "supplied by the collection with each recording where it gave one; for the "
+            f"others this version ran Whisper {model} ({stage.backend}, language forced to "
+            "the row's `lang`, greedy decoding at temperature 0), so those are ASR output"
+        )
+    t = stats.total
+    mixing = [c.name for c in conditions if mixes_speech(c)]
+    spoken_kinds = "its speech row" + (
+        " and its rows of the conditions that mix it (" + ", ".join(f"`{m}`" for m in mixing) + ")"
+        if mixing
+        else ""
+    )
+    text_only = {
+        lang: g.recordings_without_speech_row
+        for lang in _languages(stats)
+        if (g := stats.by_lang[lang]).recordings_without_speech_row
+    }
+    here = (
+        "In this version: "
+        + ", ".join(f"{lang} {n}" for lang, n in text_only.items())
+        + " contribution(s) have text rows and no speech row."
+        if text_only
+        else "In this version every contribution with rows also has its speech row."
+    )
+    return "\n".join(
+        [
+            f"- **Audio.** Each recording is decoded (libsndfile, or FFmpeg for other "
+            f"containers), its channels averaged to mono and resampled to {rate / 1000:g} kHz "
+            "with soxr (HQ), then stored as 16-bit FLAC. No gain, loudness normalisation or "
+            "denoising is applied. A recording that is corrupt, truncated, digitally silent, "
+            "clipped or holds non-finite samples is quarantined, not repaired.",
+            "- **Voice activity detection validates the recordings; it does not trim them.** "
+            f"Silero VAD (threshold {vad.threshold:g}, minimum speech "
+            f"{vad.min_speech_duration_ms} ms, minimum silence {vad.min_silence_duration_ms} ms) "
+            "measures the speech in each recording. One with no speech, less than "
+            f"{vad.min_speech_s:g} s of it, or speech under {vad.min_speech_ratio:.0%} of its "
+            "length is quarantined. A released recording is the whole recording as decoded: "
+            "leading and trailing silence are kept, and `duration_s` is its full length.",
+            f"- **Transcripts** are {who}. Here {t.spoken_rows - t.spoken_without_transcript} "
+            f"of {t.spoken_rows} spoken rows have one.",
+            "- **Text rows of a refused recording remain.** A recording refused by decoding, "
+            "by VAD or because the same audio is filed under another participant loses "
+            f"{spoken_kinds}: the rows that play the voice. Its text rows stay, since they "
+            "carry the typed request with a distracting clip and nothing of the recording. "
+            "So a language may have more rows of a text condition than speech rows. " + here,
+        ]
+    )
+
+
+def contact_section(contact: str | None, synthetic: bool) -> str:
+    """The private withdrawal contact (the input config's `withdrawal_contact`)."""
+    contact = checked_contact(contact, synthetic)
+    text = (
+        f"Withdrawals and requests about your personal data go privately to **{contact}**, "
+        "not to the public Community tab: say that you took part and in which language(s), "
+        "so that the maintainers can find your recordings."
+    )
+    if synthetic:
+        text += (
+            " **This address is a placeholder** of the synthetic demo build (a reserved "
+            "example domain, not a real mailbox); a real release names its own."
+        )
+    return text
+
+
+DEMO_CONTACT = "redvox-withdrawals@example.org"
+
+
+def checked_contact(contact: str | None, synthetic: bool) -> str:
+    """`contact`, one line of at most 200 characters; a real (non-synthetic) release must
+    name one, and not an example-domain placeholder."""
+    contact = (contact or "").strip()
+    fix = "set `withdrawal_contact:` in the input config to the data controller's private address"
+    if not contact:
+        if synthetic:
+            return DEMO_CONTACT
+        raise ContactError(f"the input config names no private withdrawal contact: {fix}")
+    if "\n" in contact or "\r" in contact or len(contact) > 200:
+        raise ContactError(
+            f"withdrawal_contact {contact[:40]!r}...: one line of at most 200 characters; {fix}"
+        )
+    domain = contact.rsplit("@", 1)[-1].lower().rstrip(">.) ")
+    if not synthetic and any(domain == d or domain.endswith("." + d) for d in PLACEHOLDER_DOMAINS):
+        raise ContactError(
+            f"withdrawal_contact {contact!r} is a placeholder address (reserved example "
+            f"domain), not a real one; {fix}"
+        )
+    return contact
+
+
 def release_notes(versions: Sequence[DatasetVersion]) -> str:
     """CHANGELOG text: newest first, every version up to the one being released."""
     ordered = sorted(versions, key=lambda v: v.parts, reverse=True)
@@ -595,6 +789,9 @@ def card_body(
     tongues: Mapping[str, int],
     synthetic: bool = False,
     sample: Mapping[str, Any] | None = None,
+    *,
+    statistics: SetStatistics,
+    contact: str | None = None,
 ) -> str:
     total = sum(
         n
@@ -607,7 +804,9 @@ def card_body(
         "arxiv": ARXIV_ID,
         "sample": sample_section(sample),
         "reference_results": reference_results_section(report),
-        "contact": CONTACT,
+        "contact": contact_section(contact, synthetic),
+        "statistics": statistics_section(statistics, [c.name for c in version.config.conditions]),
+        "preprocessing": preprocessing_section(version, statistics, version.config.conditions),
         "provenance_file": PROVENANCE_FILE,
         "repo_id": repo_id,
         "tag": version.tag,

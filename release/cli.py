@@ -224,7 +224,13 @@ def _stage_and_verify(
 
     # StageError, GateError: UserErrors, one line at the CLI edge
     footprint = stage_release(
-        version_dir, repo_id, staged, dataset_set, synthetic=config.synthetic, config=config
+        version_dir,
+        repo_id,
+        staged,
+        dataset_set,
+        synthetic=config.synthetic,
+        config=config,
+        contact=config.withdrawal_contact,
     )
     click.echo(f"staged {staged}")
     click.echo(

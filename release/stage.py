@@ -58,6 +58,7 @@ from .representativeness import (
     read_report,
     releasable,
 )
+from .statistics import STAT_COLUMNS, set_statistics
 
 EVALUATOR = Path(__file__).resolve().parent / "evaluation"
 LOADING_SCRIPT = "loading_script/redvox.py"
@@ -235,6 +236,7 @@ def stage_release(
     version: DatasetVersion | None = None,
     synthetic: bool = False,
     config: InputConfig | None = None,
+    contact: str | None = None,
 ) -> AudioFootprint:
     """Write the staged repo for `version_dir/<set>` into `out`; returns the audio footprint.
 
@@ -247,9 +249,14 @@ def stage_release(
     this very build (the hashes of its manifests), that passed or was overridden
     with a reason. `version` defaults to the declared version
     named by the manifest (pass it for a version not declared yet, e.g. a withdrawal);
-    `synthetic` (the input config's flag) says so in the card.
+    `synthetic` (the input config's flag) says so in the card; `contact` is the
+    private withdrawal contact the card names (the input config's `withdrawal_contact`;
+    required unless `synthetic`); both are taken from `config` when it is given.
     """
     check_repo_id(repo_id)
+    if config is not None:  # the card's demo flag and contact come with the inputs
+        synthetic = synthetic or config.synthetic
+        contact = contact or config.withdrawal_contact
     version_dir, out = Path(version_dir), Path(out)
     folder = set_dir(version_dir, dataset_set)
     if not (folder / "manifest.json").is_file():
@@ -285,7 +292,7 @@ def stage_release(
             )
     hashes = check_shard_hashes(folder, manifest)
     stats = shard_stats(folder)
-    meta_columns = read_columns(folder, ["user_id", "mother_tongue"])
+    meta_columns = read_columns(folder, ["mother_tongue", *STAT_COLUMNS])
     audit = json.loads((folder / "consent_audit.json").read_text(encoding="utf-8"))
     body = card_body(
         version,
@@ -298,6 +305,8 @@ def stage_release(
         tongues=Counter(meta_columns["mother_tongue"]),
         synthetic=synthetic,
         sample=first_row(folder),
+        statistics=set_statistics(meta_columns),
+        contact=contact,
     )
     card = render_card(
         ordered_all_config(card_metadata(manifest, repo_id, stats, hashes), stats), body

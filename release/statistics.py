@@ -1,10 +1,13 @@
-"""The two statistics of the representativeness gate, on plain tables.
+"""The two statistics of the representativeness gate, on plain tables, and the
+descriptive statistics of a built set that its dataset card states.
 
 Chi-square test of homogeneity on a groups x categories table, WITHOUT Yates'
 continuity correction (the paper's figures are uncorrected, and the
 correction only exists for 2 x 2 tables anyway), with Cramér's
 V = sqrt(chi2 / (n * (min(r, c) - 1))) as the effect size; Spearman's rho with
-its two-sided p-value. Pure functions: no files, no pandas.
+its two-sided p-value. `set_statistics`: hours, rows, speakers and rows without a
+transcript per language and audio type, from the rows' columns. Pure functions: no
+files, no pandas.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 from scipy import stats
+
+from redvox.schemas.vocab import SPEECH_AUDIO_TYPE, SPEECH_MODALITY
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,78 @@ def counts_of(values: Sequence) -> dict[str, int]:
         key = str(v)
         out[key] = out.get(key, 0) + 1
     return out
+
+
+# --- descriptive statistics of a built set (the dataset card's "Statistics") ---
+
+# The columns set_statistics reads.
+STAT_COLUMNS = (
+    "lang", "audio_type", "modality", "user_id", "duration_s", "transcript", "source", "original_id",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GroupStats:
+    """One language (or one language and audio type): its rows, their audio, speakers."""
+
+    rows: int
+    seconds: float  # sum of the rows' duration_s (a shared clip counts once per row)
+    speakers: int  # distinct user_id
+    spoken_rows: int  # modality speech: the recording, alone or mixed
+    spoken_without_transcript: int  # spoken rows whose transcript is null
+    recordings: int  # distinct (language, source, item, speaker): the contributions
+    recordings_without_speech_row: int  # whose recording was refused: text rows only
+
+    @property
+    def hours(self) -> float:
+        return self.seconds / 3600
+
+
+@dataclass(frozen=True)
+class SetStatistics:
+    """`by_lang[lang]` and `by_type[lang][audio_type]`, and `total` over every row."""
+
+    total: GroupStats
+    by_lang: dict[str, GroupStats]
+    by_type: dict[str, dict[str, GroupStats]]
+
+
+def _recording(row: Mapping) -> tuple:
+    """One contribution: a speaker's take of one item in one language."""
+    return (row["lang"], row["source"], row["original_id"], row["user_id"])
+
+
+def _group(rows: Sequence[Mapping]) -> GroupStats:
+    spoken = [r for r in rows if r["modality"] == SPEECH_MODALITY]
+    recordings = {_recording(r) for r in rows}
+    heard = {_recording(r) for r in rows if r["audio_type"] == SPEECH_AUDIO_TYPE}
+    return GroupStats(
+        rows=len(rows),
+        seconds=math.fsum(float(r["duration_s"]) for r in rows),
+        speakers=len({r["user_id"] for r in rows}),
+        spoken_rows=len(spoken),
+        spoken_without_transcript=sum(1 for r in spoken if r["transcript"] is None),
+        recordings=len(recordings),
+        recordings_without_speech_row=len(recordings - heard),
+    )
+
+
+def set_statistics(columns: Mapping[str, Sequence]) -> SetStatistics:
+    """The statistics of the rows given as columns (`STAT_COLUMNS`, of equal lengths)."""
+    rows = [
+        dict(zip(STAT_COLUMNS, values, strict=True))
+        for values in zip(*(columns[c] for c in STAT_COLUMNS), strict=True)
+    ]
+    by_lang: dict[str, list[Mapping]] = {}
+    by_type: dict[str, dict[str, list[Mapping]]] = {}
+    for row in rows:
+        by_lang.setdefault(row["lang"], []).append(row)
+        by_type.setdefault(row["lang"], {}).setdefault(row["audio_type"], []).append(row)
+    return SetStatistics(
+        total=_group(rows),
+        by_lang={lang: _group(group) for lang, group in by_lang.items()},
+        by_type={
+            lang: {audio: _group(group) for audio, group in types.items()}
+            for lang, types in by_type.items()
+        },
+    )

@@ -76,6 +76,11 @@ class InputConfig(BaseModel):
     )
     items: ItemSelection = Field(default_factory=ItemSelection)
     synthetic: bool = Field(default=False, description="true for the embedded demo corpus")
+    withdrawal_contact: str | None = Field(
+        default=None,
+        description="private address (e-mail or postal) for withdrawals, named in the card; "
+        "required to stage a release that is not the demo",
+    )
     audio_limits: AudioLimits = Field(
         default_factory=AudioLimits, description="size, duration and channel bounds of a recording"
     )

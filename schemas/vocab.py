@@ -44,6 +44,7 @@ Gender = Literal["female", "male", "non-binary", "other", "undisclosed"]
 GENDERS: tuple[str, ...] = get_args(Gender)
 
 Modality = Literal["speech", "text"]
+SPEECH_MODALITY: Modality = "speech"  # the row's audio is the spoken request (alone or mixed)
 # The audio_type of a recording itself (every other audio_type names a noise condition).
 SPEECH_AUDIO_TYPE = "speech"
 

@@ -27,7 +27,10 @@ def real_build(tmp_path_factory, copy_demo_cache):
     root = tmp_path_factory.mktemp("provenance")
     corpus = renamed_demo(root, SCHEMES["numeric"])
     config = corpus / "config.yaml"
-    config.write_text(config.read_text().replace("synthetic: true", "synthetic: false"))
+    real = config.read_text().replace("synthetic: true", "synthetic: false")
+    # a real collection names its own private withdrawal contact, not the demo's placeholder
+    real = real.replace("redvox-withdrawals@example.org", "Data Protection Officer, Trento")
+    config.write_text(real)
     out = root / "out"
     cache = copy_demo_cache(root / "cache")  # same voices: a warm cache
     done = invoke(

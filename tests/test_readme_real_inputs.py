@@ -34,6 +34,7 @@ def collection(tmp_path_factory) -> Path:
     config = make_corpus(root / "inputs", scale=0.04)
     raw = json.loads(config.read_text())
     raw["synthetic"] = False  # a real collection: no demo shortcuts
+    raw["withdrawal_contact"] = "Data Protection Officer, Via Sommarive 18, Trento"
     config.write_text(json.dumps(raw))
     return config
 

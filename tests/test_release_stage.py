@@ -197,7 +197,7 @@ def test_stage_refuses_to_overwrite_a_folder_that_is_not_a_staging(demo_release,
     precious.mkdir()
     (precious / "chapter1.tex").write_text("...")
     with pytest.raises(StageError, match="not a staged RedVox release"):
-        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", precious)
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", precious, synthetic=True)
     assert (precious / "chapter1.tex").exists()
 
 

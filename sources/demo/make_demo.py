@@ -660,6 +660,7 @@ noise_bank: musan/
 pseudonym_key_file: pseudonym.key
 items: {item_keys_file: items.txt}
 synthetic: true
+withdrawal_contact: redvox-withdrawals@example.org   # PLACEHOLDER (reserved example domain): the demo has no real contact
 """
 PSEUDONYM_KEY = "demo-only-not-secret-redvox-synthetic-corpus-hmac-key\n"
 

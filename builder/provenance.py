@@ -29,10 +29,13 @@ class InputsMismatchError(UserError):
     """A release step was pointed at other inputs than its build read."""
 
 
-def record_inputs(version_dir: Path, config: InputConfig, hashes: dict[str, str]) -> None:
+def record_inputs(
+    version_dir: Path, config: InputConfig, hashes: dict[str, str], pending=None
+) -> None:
+    """Write BUILD_INPUTS; with `pending` (write.PendingFiles) it waits for the commit."""
     body = {"config": config.model_dump(mode="json"), "input_hashes": dict(sorted(hashes.items()))}
     text = json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(Path(version_dir) / BUILD_INPUTS, text.encode())
+    atomic_write_bytes(Path(version_dir) / BUILD_INPUTS, text.encode(), pending=pending)
 
 
 def recorded_inputs(version_dir: Path) -> tuple[InputConfig, dict[str, str]] | None:

@@ -5,12 +5,14 @@ in the same order, with the same audio bytes:
 - `datasets` 3.6.0, in its own virtual environment, by parquet config and by
   `loading_script/redvox.py` with `data_dir=` and `trust_remote_code=True`;
 - without torchcodec (it cannot be imported): `Audio(decode=False)` + soundfile,
-  and streaming with `.decode(False)`.
+  and streaming with the same cast;
+- `datasets` 2.21.0 (it has no `IterableDataset.decode`), in its own virtual
+  environment: that torchcodec-free recipe, in memory and streaming.
 
 Each path runs tests/loading_probe.py in a subprocess on the staged demo release.
-The datasets 3.6.0 environment is made once and kept under
-~/.cache/redvox-test-envs/datasets-3.6.0 (REDVOX_TEST_ENVS moves it; tests/old_datasets.py):
-it is reused while its `datasets` imports at that version.
+The old environments are made once and kept under
+~/.cache/redvox-test-envs/datasets-VERSION (REDVOX_TEST_ENVS moves them;
+tests/old_datasets.py): each is reused while its `datasets` imports at that version.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from old_datasets import datasets_python
 
 from redvox.release.card import read_card
 
 PROBE = Path(__file__).resolve().parent / "loading_probe.py"
 OLD_DATASETS = "3.6.0"  # the conftest fixture old_datasets_python
+DATASETS_2 = "2.21.0"
 LANGS = ["en", "de", "es", "fr", "it"]
 BLOCK_TORCHCODEC = 'import sys\nsys.modules["torchcodec"] = None  # `import torchcodec` fails\n'
 
@@ -50,6 +54,11 @@ def reference(demo_release) -> dict:
     result = probe(sys.executable, demo_release["staged"], "parquet")
     assert result["datasets"].startswith("5.")
     return result
+
+
+@pytest.fixture(scope="module")
+def datasets_2_python() -> Path:
+    return datasets_python(DATASETS_2)
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +113,15 @@ def test_without_torchcodec_streaming_decode_false(demo_release, reference, with
     assert result["configs"] == reference["configs"]
 
 
+@pytest.mark.parametrize("way", ["parquet", "stream"])
+def test_datasets_2_21_runs_the_recipe_without_decoding(
+    demo_release, reference, datasets_2_python, way
+):
+    result = probe(datasets_2_python, demo_release["staged"], way)
+    assert result["datasets"] == DATASETS_2
+    assert result["configs"] == reference["configs"]
+
+
 def test_the_card_gives_each_path_and_the_unique_key(demo_release):
     _, body = read_card(demo_release["staged"])
     start = body.index("## How to load")
@@ -114,10 +132,12 @@ def test_the_card_gives_each_path_and_the_unique_key(demo_release):
         '"redvox/loading_script/redvox.py", "en", data_dir="redvox",',
         "trust_remote_code=True",
         'ds.cast_column("audio", Audio(decode=False))',
-        "stream.decode(False)",
+        'stream = stream.cast_column("audio", Audio(decode=False))',
         "sf.read(io.BytesIO(",
         "`entry_key`",
         "en, de, es, fr, it",
     ):
         assert " ".join(needed.replace("(", "( ").split()) in loading, needed
     assert "older `datasets` versions use the loading script" not in body
+    assert ".decode(False)" not in body  # IterableDataset.decode: datasets >= 3 only
+    assert "any `datasets` version" not in body

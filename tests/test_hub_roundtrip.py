@@ -1,6 +1,6 @@
 """The Hub round trip with the real libraries, against the stand-in Hub on loopback
 (tests/hub_server.py): `redvox release push` publishes the demo release v1.0.0, a
-participant withdraws, `redvox release run` pushes the next MAJOR version; then, with
+participant withdraws, `redvox release push` publishes the next MAJOR version; then, with
 HF_ENDPOINT set, v1.0.0 is read back as a user would, while main already holds v2:
 
 - `load_dataset(REPO, "en", split="test", revision="v1.0.0")` with the pinned `datasets`;
@@ -39,7 +39,7 @@ from redvox.builder import versions
 from redvox.builder.cli import main
 from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
 from redvox.release.push import local_oids, remote_oids, same_files, use_request_timeout
-from redvox.release.stage import staged_files
+from redvox.release.stage import stage_release, staged_files
 from redvox.release.withdraw import withdrawal_version
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
@@ -61,7 +61,8 @@ def hub():
 
 @pytest.fixture(scope="module")
 def published(hub, demo_release, copy_demo_cache, tmp_path_factory) -> dict:
-    """v1.0.0 pushed, a withdrawal recorded, v2.0.0 (test-only declaration) pushed."""
+    """v1.0.0 pushed; a withdrawal recorded and the next MAJOR built (`release withdraw`),
+    declared for this test only, staged and pushed."""
     tmp = tmp_path_factory.mktemp("roundtrip")
     demo = tmp / "demo"
     shutil.copytree(DEMO_CONFIG.parent, demo, ignore=shutil.ignore_patterns("__pycache__"))
@@ -87,9 +88,12 @@ def published(hub, demo_release, copy_demo_cache, tmp_path_factory) -> dict:
         # The maintainer would now declare it in builder/versions.py; here, for this test only.
         new = withdrawal_version(versions.get_version())
         mp.setitem(versions.VERSIONS, new.version, new)
-        release_run = ["release", "run", "--version", new.version, "--config", str(demo / "config.yaml"),
-               "--out", str(out), "--repo-id", REPO, "--public"]  # fmt: skip
-        released = runner.invoke(main, release_run)
+        version_dir = out / new.version
+        represent = ["release", "represent", str(version_dir), "--override-gate", "demo corpus"]
+        assert runner.invoke(main, represent).exit_code == 0
+        stage_release(version_dir, REPO, version_dir / "staged", synthetic=True)
+        push = ["release", "push", str(version_dir / "staged"), "--repo-id", REPO, "--public"]
+        released = runner.invoke(main, push)  # verifies the staged folder, then pushes
         assert released.exit_code == 0, released.output
         use_request_timeout(120)
     hub.state.grant(REPO, RESEARCHER)
@@ -213,40 +217,49 @@ def test_datasets_3_6_reads_a_hub_download_through_the_loading_script(
     same_rows(rows, published["v1"])
 
 
-def test_hf_download_of_the_evaluation_folder_gets_exactly_the_staged_one(published, hub, tmp_path):
-    local = tmp_path / "dl"
-    done = hf_download(hub, tmp_path / "home", local, "--include", "evaluation/*")
+@pytest.fixture(scope="module")
+def evaluation_download(published, hub, tmp_path_factory) -> Path:
+    """`hf download REPO --repo-type dataset --revision v1.0.0 --include "evaluation/*"`."""
+    tmp = tmp_path_factory.mktemp("evaluation-download")
+    done = hf_download(hub, tmp / "home", tmp / "redvox", "--include", "evaluation/*")
     assert done.returncode == 0, done.stderr[-2000:]
-    got = [f for f in staged_files(local) if not f.startswith(".cache/")]
+    return tmp / "redvox"
+
+
+def test_hf_download_of_the_evaluation_folder_gets_exactly_the_staged_one(
+    published, evaluation_download
+):
+    got = [f for f in staged_files(evaluation_download) if not f.startswith(".cache/")]
     want = [f for f in staged_files(published["v1"]) if f.startswith("evaluation/")]
     assert got == want and len(want) > 5
     for rel in want:
-        assert (local / rel).read_bytes() == (published["v1"] / rel).read_bytes(), rel
+        assert (evaluation_download / rel).read_bytes() == (published["v1"] / rel).read_bytes()
 
 
-def test_evaluate_infer_reads_v1_from_the_hub(published, hub, tmp_path):
+def test_the_downloaded_evaluate_infer_reads_v1_from_the_hub(
+    published, hub, evaluation_download, tmp_path
+):
     model = AudioModel()
     try:
         out = tmp_path / "outputs"
-        evaluate = published["v1"] / "evaluation" / "evaluate.py"
-        args = [sys.executable, evaluate, "infer", "--dataset", REPO, "--revision", "v1.0.0",
-                "--lang", "en", "--model", "m", "--endpoint", model.base_url, "--out", out,
-                "--backoff-s", "0"]  # fmt: skip
-        done = run(args, user_env(hub, tmp_path / "home"), cwd=tmp_path)
+        args = [sys.executable, "evaluation/evaluate.py", "infer", "--dataset", REPO,
+                "--revision", "v1.0.0", "--lang", "en", "--model", "m",
+                "--endpoint", model.base_url, "--out", out, "--backoff-s", "0"]  # fmt: skip
+        done = run(args, user_env(hub, tmp_path / "home"), cwd=evaluation_download)
     finally:
         model.stop()
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    records = [
-        json.loads(x) for p in sorted(out.rglob("*.jsonl")) for x in p.read_text().splitlines()
-    ]
+    lines = [line for p in sorted(out.rglob("*.jsonl")) for line in p.read_text().splitlines()]
+    records = [json.loads(line) for line in lines]
     expected = {(r["lang"], r["ID"]): r for r in staged_rows(published["v1"])}
-    assert len(records) == len(expected)
+    assert sorted((r["lang"], r["ID"]) for r in records) == sorted(expected)
     for record in records:
         row = expected[(record["lang"], record["ID"])]
-        heard = json.loads(record["output"])
+        heard = json.loads(record["output"])  # what the model decoded from the request
         assert heard["audio"] == [row["audio_samples_sha256"]]
         assert heard["text"] == [row["user_text"]]
-        assert record["entry_key"] == row["entry_key"] and record["user_id"] == row["user_id"]
+        columns = [c for c in row if not c.startswith("audio")]
+        assert {c: record[c] for c in columns} == {c: row[c] for c in columns}
 
 
 # --- withdrawal and the next MAJOR --------------------------------------------------------

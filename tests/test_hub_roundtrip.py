@@ -32,7 +32,12 @@ import soundfile as sf
 from click.testing import CliRunner
 from hub_server import HubServer
 from huggingface_hub import HfApi, hf_hub_download
-from huggingface_hub.errors import GatedRepoError, RemoteEntryNotFoundError, RevisionNotFoundError
+from huggingface_hub.errors import (
+    GatedRepoError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+)
 from model_server import AudioModel
 
 from redvox.builder import versions
@@ -193,6 +198,14 @@ def test_the_stand_in_answers_paths_info_folders_and_unknown_names_as_the_hub(pu
         api.hf_hub_download(REPO, shard, repo_type="dataset", revision="v9.9.9")
     with pytest.raises(RemoteEntryNotFoundError):
         api.hf_hub_download(REPO, "data/xx/none.parquet", repo_type="dataset", revision="v1.0.0")
+    # a private repo (the full set's kind) does not exist for anyone but its owner
+    HfApi(endpoint=hub.url, token=OWNER).create_repo(
+        REPO + "-full", repo_type="dataset", private=True
+    )
+    for token in (False, STRANGER):
+        with pytest.raises(RepositoryNotFoundError):
+            HfApi(endpoint=hub.url, token=token).dataset_info(REPO + "-full")
+    assert HfApi(endpoint=hub.url, token=OWNER).dataset_info(REPO + "-full").private
 
 
 # --- v1.0.0, read back ------------------------------------------------------------------

@@ -3,8 +3,10 @@ once, the loading script, and what users run: load_dataset per language and `all
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -278,6 +280,28 @@ def test_restaging_its_own_folder_replaces_exactly_its_files(demo_release, tmp_p
     stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
     assert snapshot(staged) == snapshot(demo_release["staged"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["staged"]
+
+
+def test_a_full_disk_while_restaging_leaves_the_earlier_staging_as_it_was(
+    demo_release, tmp_path, monkeypatch
+):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    (staged / "README.md").write_text("the earlier card\n")
+    before = snapshot(staged)
+    real_copy, copies = shutil.copyfile, []
+
+    def disk_full(src, dst, *args, **kwargs):
+        copies.append(dst)
+        if len(copies) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return real_copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert snapshot(staged) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["staged"]  # no half folder beside it
 
 
 def test_stage_refuses_a_file_or_a_link_as_the_folder(demo_release, tmp_path):

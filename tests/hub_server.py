@@ -13,9 +13,10 @@ Hub's CDN), with the file's sha256 and size in `X-Linked-Etag` / `X-Linked-Size`
 
 Gated access is enforced on `resolve` the way the Hub signals it: without a token
 401, with the token of a user who has not been granted access 403, both with
-`X-Error-Code: GatedRepo` (huggingface_hub raises GatedRepoError). The token that
-created a repo may read it; `state.grant(repo_id, token)` lets another one in.
-Writes are not authenticated. Faults are queued per endpoint name ("commit", "tag", ...):
+`X-Error-Code: GatedRepo` (huggingface_hub raises GatedRepoError). A private repo is
+not found (404 RepoNotFound) by anyone else. The token that created a repo may
+read it; `state.grant(repo_id, token)` lets another one in. Writes are not
+authenticated. Faults are queued per endpoint name ("commit", "tag", ...):
 `fail(name, "500")` answers 500 (or any status) without doing anything, `fail(name,
 "500-after")` does the work then answers 500 (the reply was lost),
 `fail(name, "delay:S")` does the work after sleeping S seconds.
@@ -245,7 +246,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _token(self) -> str | None:
         auth = self.headers.get("Authorization") or ""
-        return auth.removeprefix("Bearer ").strip() or None if auth.startswith("Bearer ") else None
+        if not auth.startswith("Bearer "):
+            return None
+        return auth.removeprefix("Bearer ").strip() or None
 
     def _readable(self, repo_id: str, rev: str | None = None) -> Repo | Reply:
         """The repo, or the Hub's refusal: a private repo is not found for others, an

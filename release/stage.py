@@ -34,7 +34,7 @@ from redvox.builder.manifest import read_manifest
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
-from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
+from redvox.schemas.layout import is_shard_file, sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import PUBLIC
 
 from .card import (
@@ -372,9 +372,10 @@ def _ignored(rel: Path) -> bool:
 
 def foreign_entries(staged: Path, shards: set[str]) -> list[str]:
     """Paths under `staged` that staging did not write, sorted: unknown files, folders
-    that hold none of its files (named with a final /), links. Python's bytecode caches of the evaluator (it
-    may have been run from the staged folder) count as its own."""
-    ours = written_by_stage(shards)
+    that hold none of its files (named with a final /), links. Python's bytecode
+    caches of the evaluator (it may have been run from the staged folder) count as
+    its own; `shards` (as redvox.json lists them) only where they have a shard's path."""
+    ours = written_by_stage({s for s in shards if is_shard_file(s)})
     folders = {"/".join(f.split("/")[:i]) for f in ours for i in range(1, f.count("/") + 1)}
     foreign = []
     for path in sorted(staged.rglob("*")):

@@ -269,6 +269,22 @@ def test_stage_refuses_an_earlier_staging_that_holds_anything_else(
     assert snapshot(staged) == before
 
 
+def test_a_provenance_listing_other_files_as_shards_does_not_make_them_its_own(
+    demo_release, tmp_path
+):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    (staged / "runs").mkdir()
+    (staged / "runs" / "mine.jsonl").write_text("{}\n")
+    provenance = json.loads((staged / "redvox.json").read_text())
+    provenance["shards"]["runs/mine.jsonl"] = "0" * 64
+    (staged / "redvox.json").write_text(json.dumps(provenance))
+    before = snapshot(staged)
+    with pytest.raises(StageError, match=r"\(runs/\)"):
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert snapshot(staged) == before
+
+
 def test_restaging_its_own_folder_replaces_exactly_its_files(demo_release, tmp_path):
     staged = tmp_path / "staged"
     shutil.copytree(demo_release["staged"], staged)

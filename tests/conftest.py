@@ -71,3 +71,11 @@ def old_datasets_python() -> Path:
     from old_datasets import datasets_python
 
     return datasets_python("3.6.0")
+
+
+@pytest.fixture(scope="session")
+def datasets_2_python() -> Path:
+    """The same with datasets==2.21.0 (no `IterableDataset.decode`)."""
+    from old_datasets import datasets_python
+
+    return datasets_python("2.21.0")

@@ -3,7 +3,8 @@
 participant withdraws, `redvox release push` publishes the next MAJOR version; then, with
 HF_ENDPOINT set, v1.0.0 is read back as a user would, while main already holds v2:
 
-- `load_dataset(REPO, "en", split="test", revision="v1.0.0")` with the pinned `datasets`;
+- `load_dataset(REPO, "en", split="test", revision="v1.0.0")` with the pinned `datasets`
+  and with `datasets` 3.6; the card's streaming recipe without decoding with `datasets` 2.21;
 - `hf download` of the whole repo, then the loading script with `datasets` 3.6;
 - `hf download --include "evaluation/*"`;
 - `evaluate infer --dataset REPO --revision v1.0.0` against the stand-in model.
@@ -215,6 +216,18 @@ def test_pinned_datasets_loads_v1_from_the_hub_as_staged(published, hub, tmp_pat
     rows = probe(sys.executable, hub, tmp_path / "home", f"{REPO}@v1.0.0", "hub")
     same_rows(rows, published["v1"])
     assert published["user_id"] in {r["user_id"] for r in rows}  # main no longer has them
+
+
+@pytest.mark.parametrize(
+    ("python", "way"),
+    [("old_datasets_python", "hub"), ("datasets_2_python", "hub-stream")],
+    ids=["datasets-3.6-parquet", "datasets-2.21-card-streaming-recipe"],
+)
+def test_older_datasets_load_v1_from_the_hub_as_staged(
+    published, hub, tmp_path, request, python, way
+):
+    rows = probe(request.getfixturevalue(python), hub, tmp_path / "home", f"{REPO}@v1.0.0", way)
+    same_rows(rows, published["v1"])
 
 
 def test_datasets_3_6_reads_a_hub_download_through_the_loading_script(

@@ -24,13 +24,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from old_datasets import datasets_python
 
 from redvox.release.card import read_card
 
 PROBE = Path(__file__).resolve().parent / "loading_probe.py"
 OLD_DATASETS = "3.6.0"  # the conftest fixture old_datasets_python
-DATASETS_2 = "2.21.0"
+DATASETS_2 = "2.21.0"  # the conftest fixture datasets_2_python
 LANGS = ["en", "de", "es", "fr", "it"]
 BLOCK_TORCHCODEC = 'import sys\nsys.modules["torchcodec"] = None  # `import torchcodec` fails\n'
 
@@ -54,11 +53,6 @@ def reference(demo_release) -> dict:
     result = probe(sys.executable, demo_release["staged"], "parquet")
     assert result["datasets"].startswith("5.")
     return result
-
-
-@pytest.fixture(scope="module")
-def datasets_2_python() -> Path:
-    return datasets_python(DATASETS_2)
 
 
 @pytest.fixture(scope="module")

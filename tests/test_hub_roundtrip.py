@@ -180,6 +180,12 @@ def test_a_download_without_token_or_without_access_is_refused_as_gated(publishe
     # the CLI's words for a GatedRepoError
     assert f"Dataset '{REPO}' requires approval" in anonymous.stdout + anonymous.stderr
     assert not any(p.is_file() for p in (tmp_path / "anon").rglob("*") if ".cache" not in p.parts)
+    refused = run([sys.executable, PROBE, f"{REPO}@v1.0.0", "hub", "en"],
+                  user_env(hub, tmp_path / "home", STRANGER))  # fmt: skip
+    # datasets' words for the GatedRepoError it got
+    assert f"Dataset '{REPO}' is a gated dataset on the Hub" in refused.stderr, refused.stderr[
+        -2000:
+    ]
     granted = hf_hub_download(REPO, "README.md", repo_type="dataset", revision="v1.0.0",
                               endpoint=hub.url, token=RESEARCHER, cache_dir=tmp_path / "c")  # fmt: skip
     assert Path(granted).read_bytes() == (published["v1"] / "README.md").read_bytes()

@@ -536,6 +536,11 @@ def _parse(raw: bytes, content_type: str | None) -> object:
     return json.loads(text)
 
 
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # `datasets` opens many connections at once; on a busy machine too
+
+
 class HubServer:
     """`with HubServer() as hub: HfApi(endpoint=hub.url, token=...)`."""
 
@@ -544,9 +549,7 @@ class HubServer:
         self.servers = []
         for base in (Handler, CdnHandler):
             handler = type(f"Bound{base.__name__}", (base,), {"state": self.state})
-            httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-            httpd.daemon_threads = True
-            self.servers.append(httpd)
+            self.servers.append(_Server(("127.0.0.1", 0), handler))
         self.url = f"http://127.0.0.1:{self.servers[0].server_address[1]}"
         self.state.cdn_url = f"http://127.0.0.1:{self.servers[1].server_address[1]}"
 

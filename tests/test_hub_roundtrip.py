@@ -284,7 +284,8 @@ def test_the_downloaded_evaluate_infer_reads_v1_from_the_hub(
     lines = [line for p in sorted(out.rglob("*.jsonl")) for line in p.read_text().splitlines()]
     records = [json.loads(line) for line in lines]
     expected = {(r["lang"], r["ID"]): r for r in staged_rows(published["v1"])}
-    assert sorted((r["lang"], r["ID"]) for r in records) == sorted(expected)
+    summary = done.stdout[-1500:] + done.stderr[-1500:]
+    assert sorted((r["lang"], r["ID"]) for r in records) == sorted(expected), summary
     for record in records:
         row = expected[(record["lang"], record["ID"])]
         heard = json.loads(record["output"])  # what the model decoded from the request

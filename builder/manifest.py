@@ -19,7 +19,7 @@ from typing import Literal
 from redvox.schemas import LANGUAGES
 from redvox.schemas.layout import sha256_file
 
-from .write import atomic_write_bytes
+from .write import PendingFiles, atomic_write_bytes
 
 MANIFEST = "manifest.json"
 QUARANTINE = "quarantine.jsonl"
@@ -176,6 +176,7 @@ def write_quarantine(
     public: bool,
     withheld: Collection[str] = (),
     item_keys: Collection[str] = (),
+    pending: PendingFiles | None = None,
 ) -> None:
     """The quarantine report. Public: no line about a private registry, the
     `withheld` participants (not in the public set) not identified at all."""
@@ -186,7 +187,7 @@ def write_quarantine(
         lines = [r.report(user_ids) for r in records]
     lines.sort(key=lambda line: json.dumps(line, sort_keys=True))
     body = "".join(json.dumps(line, sort_keys=True, ensure_ascii=False) + "\n" for line in lines)
-    atomic_write_bytes(path, body.encode())
+    atomic_write_bytes(path, body.encode(), pending=pending)
 
 
 def quarantine_summary(records: Iterable[QuarantineRecord]) -> Counter[str]:
@@ -214,9 +215,9 @@ def count_rows(rows: Iterable[Mapping]) -> dict[str, dict[str, dict[str, int]]]:
     return nested
 
 
-def write_json(path: Path, payload: dict) -> None:
+def write_json(path: Path, payload: dict, pending: PendingFiles | None = None) -> None:
     body = json.dumps(payload, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(path, body.encode())
+    atomic_write_bytes(path, body.encode(), pending=pending)
 
 
 def read_manifest(folder: Path) -> dict:
@@ -229,6 +230,10 @@ def read_manifest(folder: Path) -> dict:
         ) from None
 
 
-def file_hashes(folder: Path, names: Iterable[str]) -> dict[str, str]:
-    """sha256 of each written file, by its path relative to the set folder."""
-    return {name: sha256_file(Path(folder) / name) for name in sorted(names)}
+def file_hashes(
+    folder: Path, names: Iterable[str], pending: PendingFiles | None = None
+) -> dict[str, str]:
+    """sha256 of each written file, by its path relative to the set folder (its new
+    content while it waits in `pending`)."""
+    where = pending.current if pending else Path
+    return {name: sha256_file(where(Path(folder) / name)) for name in sorted(names)}

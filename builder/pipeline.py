@@ -68,6 +68,7 @@ from .takes import resolve_takes
 from .transcribe import transcribe_recordings
 from .versions import DatasetVersion
 from .write import (
+    PendingFiles,
     ShardRow,
     ShardUpdate,
     build_lock,
@@ -135,10 +136,18 @@ def _build_locked(
     check_same_collection(Path(options.out) / version.version, config)
     context = _prepare(version, config, options)
     report = BuildReport(version.version)
-    record_inputs(Path(options.out) / version.version, context.inputs_hashes)
-    for dataset_set in options.sets:
-        folder = Path(options.out) / version.version / dataset_set
-        report.sets[dataset_set] = write_set(context, dataset_set, folder)
+    # Every file of the build waits under a temporary name until all are written: a
+    # build that fails on the way leaves the earlier one's files as they were.
+    pending = PendingFiles(last=[MANIFEST])
+    try:
+        record_inputs(Path(options.out) / version.version, context.inputs_hashes, pending)
+        for dataset_set in options.sets:
+            folder = Path(options.out) / version.version / dataset_set
+            report.sets[dataset_set] = write_set(context, dataset_set, folder, pending)
+        pending.commit()
+    except BaseException:
+        pending.discard()
+        raise
     cache = context.cache
     report.computed, report.cache_hits = cache.computed, cache.hits
     report.cache_discarded = cache.discarded
@@ -353,14 +362,17 @@ class _SetContext:
     progress: bool
 
 
-def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> SetReport:
-    """Shards, quarantine, consent audit and manifest of one set, atomically file by file."""
+def write_set(
+    context: _SetContext, dataset_set: DatasetSet, folder: Path, pending: PendingFiles
+) -> SetReport:
+    """Shards, quarantine, consent audit and manifest of one set, into `pending`: they
+    replace the folder's files when the caller commits it."""
     admitted = admitted_keys(context.states, dataset_set)
     kept = rows_for_set(context.sources, context.states, dataset_set)
     shards = shard_sources(kept, context.version.config.conditions)
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
-    _remove_stale_shards(folder, set(shards))
+    _remove_stale_shards(folder, set(shards), pending)
     recorded = recorded_hashes(folder)
     written = repaired = 0
     bar = tqdm(
@@ -370,11 +382,7 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         path = shard_path(folder, lang)
         rel = path.relative_to(folder).as_posix()
         rows = _ShardRows(ordered, context.maker)
-        update = write_shard(path, rows, context.cache.blob, recorded.get(rel))
-        if update:
-            # The old manifest no longer describes the shards: gone until the new one is
-            # written, so an interrupted build leaves no manifest vouching for them.
-            (folder / MANIFEST).unlink(missing_ok=True)
+        update = write_shard(path, rows, context.cache.blob, recorded.get(rel), pending)
         written += update is not ShardUpdate.KEPT
         repaired += update is ShardUpdate.REPAIRED
     quarantine = _set_quarantine(context, admitted, dataset_set)
@@ -387,17 +395,18 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
         public=public,
         withheld=withheld,
         item_keys=context.item_keys,
+        pending=pending,
     )
     # Contributions, not files: the retakes of one (language, item, participant) count once.
     recordings_of = Counter(key for _, _, key in {r.contribution.key for r in context.recordings})
     audit = consent_audit(context.states, recordings_of, dataset_set)
-    write_json(folder / CONSENT_AUDIT, audit)
+    write_json(folder / CONSENT_AUDIT, audit, pending)
     shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in shards]
-    files = file_hashes(folder, [*shard_names, QUARANTINE, CONSENT_AUDIT])
+    files = file_hashes(folder, [*shard_names, QUARANTINE, CONSENT_AUDIT], pending)
     conditions = context.version.config.conditions
     counts = {lang: sum(1 for _ in id_order(o, conditions)) for lang, o in shards.items()}
     manifest = _manifest(context, dataset_set, admitted, shards, counts, files)
-    write_json(folder / MANIFEST, manifest)
+    write_json(folder / MANIFEST, manifest, pending)
     return SetReport(
         folder=folder,
         rows=counts,
@@ -408,11 +417,12 @@ def write_set(context: _SetContext, dataset_set: DatasetSet, folder: Path) -> Se
     )
 
 
-def _remove_stale_shards(folder: Path, languages: set[str]) -> None:
-    """A language with no rows left (e.g. after a withdrawal) must not keep an old shard."""
+def _remove_stale_shards(folder: Path, languages: set[str], pending: PendingFiles) -> None:
+    """A language with no rows left (e.g. after a withdrawal) must not keep an old shard
+    (removed when `pending` is committed)."""
     for shard in shard_paths(folder):
         if shard.parent.name not in languages:
-            shard.unlink()
+            pending.remove(shard)
 
 
 def _set_quarantine(

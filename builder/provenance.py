@@ -37,10 +37,11 @@ class InputsMismatchError(UserError):
     """A release step was pointed at other inputs than its build read."""
 
 
-def record_inputs(version_dir: Path, hashes: dict[str, str]) -> None:
+def record_inputs(version_dir: Path, hashes: dict[str, str], pending=None) -> None:
+    """Write BUILD_INPUTS; with `pending` (write.PendingFiles) it waits for the commit."""
     body = {"input_hashes": dict(sorted(hashes.items()))}
     text = json.dumps(body, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-    atomic_write_bytes(Path(version_dir) / BUILD_INPUTS, text.encode())
+    atomic_write_bytes(Path(version_dir) / BUILD_INPUTS, text.encode(), pending=pending)
 
 
 def recorded_hashes(version_dir: Path) -> dict[str, str]:

@@ -44,32 +44,106 @@ class ShardRow:
     audio_digest: str
 
 
-def atomic_write_bytes(path: Path, data: bytes, *, durable: bool = True) -> None:
+class PendingFiles:
+    """The files of one build, written under temporary names and renamed into place
+    together by `commit()` once every one of them is complete: a build that fails on
+    the way (a full disk, an unreadable input, Ctrl-C) leaves every file of the earlier
+    build byte for byte as it was, and `discard()` removes what it had written.
+
+    Files named in `last` (the manifests, which vouch for the others) are removed
+    before the others are swapped in and renamed into place after them, so that a
+    crash in the middle of the renames leaves no manifest describing a mix.
+    A rebuild therefore needs room for a second copy of the files it changes."""
+
+    def __init__(self, last: Iterable[str] = ()) -> None:
+        self._pending: dict[Path, Path] = {}  # final path -> its complete temporary file
+        self._removed: list[Path] = []
+        self._last = frozenset(last)
+
+    def temporary(self, path: Path) -> Path:
+        """Where to write `path`; it is taken as complete once the writer returns."""
+        path = Path(path)
+        tmp = temporary_path(path)
+        self._pending[path] = tmp
+        return tmp
+
+    def forget(self, path: Path) -> None:
+        """`path` was not written after all (its writer failed)."""
+        self._pending.pop(Path(path), None)
+
+    def remove(self, path: Path) -> None:
+        """Delete `path` at commit time (a shard the new build no longer has)."""
+        self._removed.append(Path(path))
+
+    def current(self, path: Path) -> Path:
+        """The file that holds `path`'s new content: its temporary file while pending."""
+        return self._pending.get(Path(path), Path(path))
+
+    def commit(self) -> None:
+        last = [p for p in self._pending if p.name in self._last]
+        for path in last:
+            path.unlink(missing_ok=True)
+        for path, tmp in self._pending.items():
+            if path not in last:
+                _replace(tmp, path)
+        for path in self._removed:
+            path.unlink(missing_ok=True)
+        for path in last:
+            _replace(self._pending[path], path)
+        self._pending.clear()
+        self._removed.clear()
+
+    def discard(self) -> None:
+        for tmp in self._pending.values():
+            tmp.unlink(missing_ok=True)
+        self._pending.clear()
+        self._removed.clear()
+
+
+def _replace(tmp: Path, path: Path) -> None:
+    """os.replace; an OS error a user causes names `path`, not the temporary file."""
+    try:
+        os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno in USER_OS_ERRORS:
+            raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
+        raise
+
+
+def atomic_write_bytes(
+    path: Path, data: bytes, *, durable: bool = True, pending: PendingFiles | None = None
+) -> None:
     """Write `data` to `path` so that readers see the old file or the new one, never a part.
 
     `durable` also survives a power cut (fsync); cache entries skip it, since a
-    lost one is recomputed. A failed write (read-only folder, full disk) removes
+    lost one is recomputed. With `pending`, the complete temporary file waits for
+    `pending.commit()`. A failed write (read-only folder, full disk) removes
     its temporary file and raises the OS error naming `path`.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_path(path)
+    tmp = pending.temporary(path) if pending else temporary_path(path)
     try:
         with tmp.open("wb") as handle:
             handle.write(data)
             if durable:
                 handle.flush()
                 os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if pending is None:
+            os.replace(tmp, path)
     except BaseException as exc:
-        _discard(tmp, path, exc)
+        _discard(tmp, path, exc, pending)
         raise
 
 
-def _discard(tmp: Path, path: Path, exc: BaseException) -> None:
-    """After a failed write: remove the temporary file; an OS error a user causes (read-only
-    folder, full disk) is raised again naming the file meant to be written, not the
-    temporary one (the caller re-raises anything else)."""
+def _discard(
+    tmp: Path, path: Path, exc: BaseException, pending: PendingFiles | None = None
+) -> None:
+    """After a failed write: remove the temporary file (and its place in `pending`); an OS
+    error a user causes (read-only folder, full disk) is raised again naming the file
+    meant to be written, not the temporary one (the caller re-raises anything else)."""
+    if pending is not None:
+        pending.forget(path)
     tmp.unlink(missing_ok=True)
     if isinstance(exc, OSError) and exc.errno in USER_OS_ERRORS:
         raise OSError(exc.errno, os.strerror(exc.errno), str(path)) from exc
@@ -239,6 +313,7 @@ def write_shard(
     rows: Iterable[ShardRow],
     load_audio: Callable[[str], bytes],
     recorded_sha256: str | None = None,
+    pending: PendingFiles | None = None,
 ) -> ShardUpdate:
     """Write the rows (already in ID order) to `path`.
 
@@ -264,7 +339,7 @@ def write_shard(
     damaged = recorded and (existing == recipe or (existing is None and path.is_file()))
     outcome = ShardUpdate.REPAIRED if damaged else ShardUpdate.WRITTEN
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = temporary_path(path)
+    tmp = pending.temporary(path) if pending else temporary_path(path)
     schema = _writer_schema()
     features = release_features().arrow_schema.metadata[FEATURES_KEY.encode()].decode()
     stats_columns = [name for name in COLUMNS if name != "audio"]
@@ -286,9 +361,10 @@ def write_shard(
             writer.add_key_value_metadata({FEATURES_KEY: features, RECIPE_KEY: recipe})
         with tmp.open("rb+") as handle:
             os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        if pending is None:
+            os.replace(tmp, path)
     except BaseException as exc:
-        _discard(tmp, path, exc)
+        _discard(tmp, path, exc, pending)
         raise
     return outcome
 

@@ -10,7 +10,9 @@ STAGED/
   CHANGELOG.md                 release notes of every version up to this one
 
 and nothing else. The folder is written beside its final place and renamed
-into it, so a failed staging never leaves a half folder behind.
+into it, so a failed staging never leaves a half folder behind. An existing
+folder is replaced only when it is an earlier staging holding nothing staging did
+not write: a Hub clone (`.git/`), a user's runs or any unknown file stops it.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from redvox.builder.manifest import read_manifest
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
 from redvox.schemas.errors import UserError
-from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
+from redvox.schemas.layout import is_shard_file, sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import PUBLIC
 
 from .card import (
@@ -314,6 +316,7 @@ def stage_release(
 
     _prepare_target(out)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    old = tmp.with_name(f"{tmp.name}.old")
     try:
         for rel in hashes:
             (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -330,23 +333,85 @@ def stage_release(
             loading_script(version.version, repo_id, stats), encoding="utf-8"
         )
         shutil.copytree(EVALUATOR, tmp / "evaluation", ignore=_IGNORED)
-        if out.exists():
-            shutil.rmtree(out)
+        _prepare_target(out)  # again: the folder may have changed while this one was written
+        if out.exists():  # an earlier staging, nothing else in it: moved aside, then removed
+            out.rename(old)
         tmp.rename(out)
     except BaseException:
+        if old.exists() and not out.exists():
+            old.rename(out)  # the earlier staging back in place
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    shutil.rmtree(old, ignore_errors=True)
     return audio_footprint(shard_paths(out))
 
 
 def _prepare_target(out: Path) -> None:
-    """Refuse to replace a folder that is not an earlier staging."""
+    """Refuse any `out` but a new or empty folder, or an earlier staging that holds
+    nothing a staging did not write: `out` is replaced whole, so a Hub clone (`.git/`,
+    `.gitattributes`), a user's runs or any other file in it would be lost."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+    if out.is_symlink() or (out.exists() and not out.is_dir()):
+        raise StageError(f"{out}: exists and is not a folder; choose an empty or new folder")
+    if not out.exists() or not any(out.iterdir()):
         return
     try:
-        read_provenance(out)
+        shards = read_provenance(out)["shards"]
     except Exception:
         raise StageError(
             f"{out}: exists and is not a staged RedVox release; choose an empty or new folder"
         ) from None
+    foreign = foreign_entries(out, set(shards))
+    if foreign:
+        shown = ", ".join(foreign[:3]) + (
+            f" and {len(foreign) - 3} more" if len(foreign) > 3 else ""
+        )
+        raise StageError(
+            f"{out}: an earlier staging, but it also holds what staging did not write "
+            f"({shown}), which replacing it would delete; move those out or choose an "
+            "empty or new folder"
+        )
+
+
+def written_by_stage(shards: set[str]) -> set[str]:
+    """The files a staging writes, as repo paths, given its shards."""
+    evaluator = {
+        f"evaluation/{p.relative_to(EVALUATOR).as_posix()}"
+        for p in EVALUATOR.rglob("*")
+        if p.is_file() and not _ignored(p.relative_to(EVALUATOR))
+    }
+    return {*TOP_LEVEL, LOADING_SCRIPT, *shards, *evaluator}
+
+
+def _ignored(rel: Path) -> bool:
+    """What staging leaves out of the evaluator copy (caches), by any part of its path."""
+    return any(_IGNORED(str(rel.parent), [part]) for part in rel.parts)
+
+
+def foreign_entries(staged: Path, shards: set[str]) -> list[str]:
+    """Paths under `staged` that staging did not write, sorted: unknown files, folders
+    that hold none of its files (named with a final /), links. Python's bytecode
+    caches of the evaluator (it may have been run from the staged folder) count as
+    its own; `shards` (as redvox.json lists them) only where they have a shard's path."""
+    ours = written_by_stage({s for s in shards if is_shard_file(s)})
+    folders = {"/".join(f.split("/")[:i]) for f in ours for i in range(1, f.count("/") + 1)}
+    foreign = []
+    for path in sorted(staged.rglob("*")):
+        rel = path.relative_to(staged).as_posix()
+        if any(rel.startswith(f) for f in foreign if f.endswith("/")):
+            continue  # inside a folder already named
+        if path.is_symlink():
+            foreign.append(rel)
+        elif path.is_dir():
+            if rel not in folders and not _bytecode(rel, path):
+                foreign.append(f"{rel}/")
+        elif rel not in ours and not _bytecode(rel, path):
+            foreign.append(rel)
+    return foreign
+
+
+def _bytecode(rel: str, path: Path) -> bool:
+    parts = rel.split("/")
+    if parts[0] != "evaluation" or "__pycache__" not in parts:
+        return False
+    return path.is_dir() or path.suffix == ".pyc"

@@ -62,3 +62,20 @@ def copy_demo_cache(demo_release) -> Callable[[Path], Path]:
 def demo_cache(copy_demo_cache, tmp_path) -> Path:
     """A warm build cache of the demo corpus, free to change."""
     return copy_demo_cache(tmp_path / "demo-cache")
+
+
+@pytest.fixture(scope="session")
+def old_datasets_python() -> Path:
+    """The Python of a virtual environment with datasets==3.6.0 and soundfile, made once
+    and kept (tests/old_datasets.py)."""
+    from old_datasets import datasets_python
+
+    return datasets_python("3.6.0")
+
+
+@pytest.fixture(scope="session")
+def datasets_2_python() -> Path:
+    """The same with datasets==2.21.0 (no `IterableDataset.decode`)."""
+    from old_datasets import datasets_python
+
+    return datasets_python("2.21.0")

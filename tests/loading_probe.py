@@ -6,7 +6,9 @@ Run by tests/test_loading_paths.py as a subprocess, with whichever Python (and
     python loading_probe.py STAGED WAY [CONFIG ...]
 
 WAY is `parquet` (the card's parquet configs), `script` (loading_script/redvox.py
-with data_dir= and trust_remote_code=True) or `stream` (streaming, `.decode(False)`).
+with data_dir= and trust_remote_code=True), `stream` (streaming, the audio cast to
+`Audio(decode=False)`), `hub` (STAGED is REPO@REVISION: the parquet configs
+of that revision on the Hub HF_ENDPOINT names) or `hub-stream` (the same, streamed).
 Each row is printed without its audio, plus the sha256 of the audio bytes and
 the frames soundfile decodes from them (the card's torchcodec-free recipe);
 `decoded` is, for the first row of each config, the frames `datasets` < 4 itself
@@ -55,11 +57,15 @@ def main(staged: str, way: str, configs: list[str]) -> None:
     cache = tempfile.mkdtemp(prefix="redvox-probe-")
     result = {"datasets": datasets.__version__, "configs": {}, "decoded": {}}
     for cfg in configs:
-        if way == "stream":
-            ds = load_dataset(staged, cfg, split="test", streaming=True).decode(False)
-            result["configs"][cfg] = rows_of(ds)
+        if way in ("stream", "hub-stream"):
+            where, _, revision = staged.partition("@")
+            ds = load_dataset(where, cfg, split="test", revision=revision or None, streaming=True)
+            result["configs"][cfg] = rows_of(ds.cast_column("audio", Audio(decode=False)))
             continue
-        if way == "script":
+        if way == "hub":
+            repo_id, _, revision = staged.partition("@")
+            ds = load_dataset(repo_id, cfg, split="test", revision=revision, cache_dir=cache)
+        elif way == "script":
             ds = load_dataset(
                 f"{staged}/loading_script/redvox.py",
                 cfg,

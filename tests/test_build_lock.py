@@ -4,6 +4,7 @@ read-only or full output folder gives one line and leaves no partial file."""
 
 from __future__ import annotations
 
+import datetime as dt
 import errno
 import os
 import shutil
@@ -19,6 +20,7 @@ from test_user_errors import one_line_error
 from redvox.builder import write
 from redvox.builder.cli import main
 from redvox.builder.pseudonym import KEY_ENV
+from redvox.release.withdraw import record_withdrawal
 from redvox.schemas import DEMO_CONFIG
 
 HOLD = (
@@ -159,3 +161,91 @@ def test_a_full_disk_on_fsync_leaves_the_previous_file(tmp_path, monkeypatch):
     assert raised.value.filename == str(target)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["manifest.json"]
+
+
+def file_digests(folder: Path) -> dict[str, str]:
+    return {
+        p.relative_to(folder).as_posix(): write.sha256_file(p)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def withdrawn_after_build(demo_release, tmp_path_factory) -> tuple[Path, Path, dict[str, str]]:
+    """A copy of the demo corpus built into OUT (warm cache), then a participant of it
+    withdrawn: a rebuild changes every set's shards, reports and manifest. Returns
+    (corpus config, OUT, sha256 of every file of OUT/1.0.0)."""
+    root = tmp_path_factory.mktemp("withdrawn")
+    shutil.copytree(DEMO_CONFIG.parent, root / "demo", ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+    config, out = root / "demo" / "config.yaml", root / "out"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv(KEY_ENV, raising=False)
+        args = [*build_args(out, demo_release["out"] / ".cache"), "--config", str(config)]
+        assert CliRunner().invoke(main, args).exit_code == 0
+    record_withdrawal(root / "demo" / "consent.csv", "demo-p01", dt.date(2026, 7, 1), set())
+    return config, out, file_digests(out / "1.0.0")
+
+
+def rebuild_args(withdrawn_after_build, tmp_path, warm_cache) -> tuple[list[str], Path]:
+    config, built, _ = withdrawn_after_build
+    out = tmp_path / "out"
+    shutil.copytree(built / "1.0.0", out / "1.0.0")
+    return [*build_args(out, warm_cache), "--config", str(config)], out / "1.0.0"
+
+
+def written_path(fd: int) -> str:
+    return os.readlink(f"/proc/self/fd/{fd}")
+
+
+@pytest.mark.parametrize(
+    "fault",
+    # the fsync of the first file the build writes, of a shard, of the last one (the full
+    # set's manifest); a shard's writer failing between two row groups
+    ["fsync:.build-inputs.json", "fsync:public/data/en/.test", "fsync:full/.manifest.json",
+     "write_table:2"],
+)  # fmt: skip
+def test_a_rebuild_that_fills_the_disk_leaves_the_earlier_build_byte_identical(
+    withdrawn_after_build, tmp_path, warm_cache, monkeypatch, fault
+):
+    args, version_dir = rebuild_args(withdrawn_after_build, tmp_path, warm_cache)
+    before = withdrawn_after_build[2]
+    assert file_digests(version_dir) == before
+    name, _, where = fault.partition(":")
+    hit = []
+    if name == "fsync":
+        real_fsync = os.fsync
+
+        def fsync(fd):
+            if f"/1.0.0/{where}" in written_path(fd):
+                hit.append(written_path(fd))
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return real_fsync(fd)
+
+        monkeypatch.setattr(os, "fsync", fsync)
+    else:
+        real_write = pq.ParquetWriter.write_table
+
+        def write_table(self, *a, **kw):
+            hit.append(1)
+            if len(hit) == int(where):
+                raise OSError(errno.ENOSPC, "Error writing bytes to file. No space left on device")
+            return real_write(self, *a, **kw)
+
+        monkeypatch.setattr(pq.ParquetWriter, "write_table", write_table)
+    line = one_line_error(CliRunner().invoke(main, args))
+    assert hit and "disk full: free some space or give another folder" in line
+    assert file_digests(version_dir) == before  # byte for byte; nothing added or removed
+
+
+def test_the_same_rebuild_with_room_changes_those_files(
+    withdrawn_after_build, tmp_path, warm_cache
+):
+    args, version_dir = rebuild_args(withdrawn_after_build, tmp_path, warm_cache)
+    assert CliRunner().invoke(main, args).exit_code == 0
+    before, after = withdrawn_after_build[2], file_digests(version_dir)
+    changed = {p for p in before if after.get(p) != before[p]}
+    for name in ("build-inputs.json", "public/manifest.json", "full/manifest.json",
+                 "full/consent_audit.json", "public/data/en/test-00000-of-00001.parquet"):  # fmt: skip
+        assert name in changed, name
+    assert not [p for p in version_dir.rglob("*.tmp")]

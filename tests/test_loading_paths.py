@@ -5,22 +5,22 @@ in the same order, with the same audio bytes:
 - `datasets` 3.6.0, in its own virtual environment, by parquet config and by
   `loading_script/redvox.py` with `data_dir=` and `trust_remote_code=True`;
 - without torchcodec (it cannot be imported): `Audio(decode=False)` + soundfile,
-  and streaming with `.decode(False)`.
+  and streaming with the same cast;
+- `datasets` 2.21.0 (it has no `IterableDataset.decode`), in its own virtual
+  environment: that torchcodec-free recipe, in memory and streaming.
 
 Each path runs tests/loading_probe.py in a subprocess on the staged demo release.
-The datasets 3.6.0 environment is made once and kept under
-~/.cache/redvox-test-envs/datasets-3.6.0 (REDVOX_TEST_ENVS moves it): it is
-reused while its `datasets` imports at that version.
+The old environments are made once and kept under
+~/.cache/redvox-test-envs/datasets-VERSION (REDVOX_TEST_ENVS moves them;
+tests/old_datasets.py): each is reused while its `datasets` imports at that version.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -28,52 +28,10 @@ import pytest
 from redvox.release.card import read_card
 
 PROBE = Path(__file__).resolve().parent / "loading_probe.py"
-OLD_DATASETS = "3.6.0"
+OLD_DATASETS = "3.6.0"  # the conftest fixture old_datasets_python
+DATASETS_2 = "2.21.0"  # the conftest fixture datasets_2_python
 LANGS = ["en", "de", "es", "fr", "it"]
 BLOCK_TORCHCODEC = 'import sys\nsys.modules["torchcodec"] = None  # `import torchcodec` fails\n'
-
-
-def env_root() -> Path:
-    return Path(os.environ.get("REDVOX_TEST_ENVS") or Path.home() / ".cache" / "redvox-test-envs")
-
-
-def _works(python: Path) -> bool:
-    if not python.is_file():
-        return False
-    check = "import datasets, soundfile; print(datasets.__version__)"
-    done = subprocess.run([str(python), "-c", check], capture_output=True, text=True, check=False)
-    return done.returncode == 0 and done.stdout.strip() == OLD_DATASETS
-
-
-@pytest.fixture(scope="session")
-def old_datasets_python() -> Path:
-    """The Python of a virtual environment with datasets==3.6.0 and soundfile,
-    created on first use (`python -m venv` + pip from the package registry)."""
-    env = env_root() / f"datasets-{OLD_DATASETS}"
-    python = env / "bin" / "python"
-    if _works(python):
-        return python
-    env.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{env.name}.", dir=env.parent))
-    try:
-        subprocess.run([sys.executable, "-m", "venv", str(tmp)], check=True, capture_output=True)
-        install = subprocess.run(
-            [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
-             "--disable-pip-version-check", f"datasets=={OLD_DATASETS}", "soundfile"],
-            capture_output=True, text=True, check=False, timeout=600,
-        )  # fmt: skip
-        if install.returncode != 0:
-            pytest.skip(
-                f"cannot install datasets=={OLD_DATASETS} from the package registry: "
-                f"{install.stderr.strip().splitlines()[-1:]}"
-            )
-        shutil.rmtree(env, ignore_errors=True)
-        tmp.rename(env)  # a venv's scripts name their folder: python is called directly
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    if not _works(python):
-        pytest.fail(f"{env}: datasets=={OLD_DATASETS} does not import after installing it")
-    return python
 
 
 def probe(python, staged: Path, way: str, env: dict | None = None) -> dict:
@@ -149,6 +107,15 @@ def test_without_torchcodec_streaming_decode_false(demo_release, reference, with
     assert result["configs"] == reference["configs"]
 
 
+@pytest.mark.parametrize("way", ["parquet", "stream"])
+def test_datasets_2_21_runs_the_recipe_without_decoding(
+    demo_release, reference, datasets_2_python, way
+):
+    result = probe(datasets_2_python, demo_release["staged"], way)
+    assert result["datasets"] == DATASETS_2
+    assert result["configs"] == reference["configs"]
+
+
 def test_the_card_gives_each_path_and_the_unique_key(demo_release):
     _, body = read_card(demo_release["staged"])
     start = body.index("## How to load")
@@ -159,10 +126,12 @@ def test_the_card_gives_each_path_and_the_unique_key(demo_release):
         '"redvox/loading_script/redvox.py", "en", data_dir="redvox",',
         "trust_remote_code=True",
         'ds.cast_column("audio", Audio(decode=False))',
-        "stream.decode(False)",
+        'stream = stream.cast_column("audio", Audio(decode=False))',
         "sf.read(io.BytesIO(",
         "`entry_key`",
         "en, de, es, fr, it",
     ):
         assert " ".join(needed.replace("(", "( ").split()) in loading, needed
     assert "older `datasets` versions use the loading script" not in body
+    assert ".decode(False)" not in body  # IterableDataset.decode: datasets >= 3 only
+    assert "any `datasets` version" not in body

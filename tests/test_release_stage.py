@@ -3,8 +3,10 @@ once, the loading script, and what users run: load_dataset per language and `all
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,7 @@ from redvox.release.stage import (
     staged_files,
 )
 from redvox.schemas import COLUMNS, DEMO_CONFIG, InputConfig
+from redvox.schemas.layout import sha256_file
 
 
 @pytest.fixture(scope="module")
@@ -196,9 +199,136 @@ def test_stage_refuses_to_overwrite_a_folder_that_is_not_a_staging(demo_release,
     precious = tmp_path / "thesis"
     precious.mkdir()
     (precious / "chapter1.tex").write_text("...")
+    before = snapshot(precious)
     with pytest.raises(StageError, match="not a staged RedVox release"):
         stage_release(demo_release["version_dir"], "FBK-MT/RedVox", precious, synthetic=True)
-    assert (precious / "chapter1.tex").exists()
+    assert snapshot(precious) == before
+
+
+def snapshot(folder) -> dict[str, str]:
+    """Every entry under `folder`, hidden ones included: files by sha256, folders and links."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            out[rel] = f"link:{path.readlink()}"
+        else:
+            out[rel] = sha256_file(path) if path.is_file() else "folder"
+    return out
+
+
+def hub_clone(staged, where):
+    """The staged repo as `git clone` of the Hub gives it, plus the user's own runs."""
+    shutil.copytree(staged, where)
+    (where / ".git" / "refs").mkdir(parents=True)
+    (where / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (where / ".gitattributes").write_text("*.parquet filter=lfs diff=lfs merge=lfs -text\n")
+    (where / "runs" / "en").mkdir(parents=True)
+    (where / "runs" / "en" / "my-model.jsonl").write_text('{"ID": 1, "output": "mine"}\n')
+    return where
+
+
+def test_stage_into_a_hub_clone_refuses_in_one_line_and_deletes_nothing(demo_release, tmp_path):
+    clone = hub_clone(demo_release["staged"], tmp_path / "RedVox")
+    before = snapshot(clone)
+    result = CliRunner().invoke(
+        main, ["release", "stage", str(demo_release["version_dir"]), "--out", str(clone),
+               "--config", str(DEMO_CONFIG)],
+    )  # fmt: skip
+    assert result.exit_code != 0
+    line = result.output.strip()
+    assert "\n" not in line and ".git" in line and "runs" in line and str(clone) in line
+    assert "Traceback" not in line
+    assert snapshot(clone) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["RedVox"]  # no temporary folder left
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [("runs/out.jsonl", "(runs/)"), ("evaluation/outputs/en/m.jsonl", "(evaluation/outputs/)"),
+     ("data/en/notes.txt", "(data/en/notes.txt)"), ("empty-folder/", "(empty-folder/)"),
+     ("evaluation/redvox_eval/local.py", "(evaluation/redvox_eval/local.py)"),
+     (".env", "(.env)"), ("link", "(link)")],
+)  # fmt: skip
+def test_stage_refuses_an_earlier_staging_that_holds_anything_else(
+    demo_release, tmp_path, extra, named
+):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    if extra == "link":
+        (staged / "link").symlink_to(staged / "README.md")
+    elif extra.endswith("/"):
+        (staged / extra).mkdir()
+    else:
+        (staged / extra).parent.mkdir(parents=True, exist_ok=True)
+        (staged / extra).write_text("the user's\n")
+    before = snapshot(staged)
+    with pytest.raises(StageError, match="also holds what staging did not write") as refused:
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert named in str(refused.value) and "\n" not in str(refused.value)
+    assert snapshot(staged) == before
+
+
+def test_a_provenance_listing_other_files_as_shards_does_not_make_them_its_own(
+    demo_release, tmp_path
+):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    (staged / "runs").mkdir()
+    (staged / "runs" / "mine.jsonl").write_text("{}\n")
+    provenance = json.loads((staged / "redvox.json").read_text())
+    provenance["shards"]["runs/mine.jsonl"] = "0" * 64
+    (staged / "redvox.json").write_text(json.dumps(provenance))
+    before = snapshot(staged)
+    with pytest.raises(StageError, match=r"\(runs/\)"):
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert snapshot(staged) == before
+
+
+def test_restaging_its_own_folder_replaces_exactly_its_files(demo_release, tmp_path):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    (staged / "README.md").write_text("edited by hand\n")  # a file staging wrote
+    (staged / "CHANGELOG.md").unlink()
+    cache = staged / "evaluation" / "redvox_eval" / "__pycache__"  # the evaluator was run here
+    cache.mkdir()
+    (cache / "cli.cpython-311.pyc").write_bytes(b"\0")
+    stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert snapshot(staged) == snapshot(demo_release["staged"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["staged"]
+
+
+def test_a_full_disk_while_restaging_leaves_the_earlier_staging_as_it_was(
+    demo_release, tmp_path, monkeypatch
+):
+    staged = tmp_path / "staged"
+    shutil.copytree(demo_release["staged"], staged)
+    (staged / "README.md").write_text("the earlier card\n")
+    before = snapshot(staged)
+    real_copy, copies = shutil.copyfile, []
+
+    def disk_full(src, dst, *args, **kwargs):
+        copies.append(dst)
+        if len(copies) == 3:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+        return real_copy(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "copyfile", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        stage_release(demo_release["version_dir"], "FBK-MT/RedVox", staged, synthetic=True)
+    assert snapshot(staged) == before
+    assert [p.name for p in tmp_path.iterdir()] == ["staged"]  # no half folder beside it
+
+
+def test_stage_refuses_a_file_or_a_link_as_the_folder(demo_release, tmp_path):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("mine\n")
+    link = tmp_path / "link"
+    link.symlink_to(demo_release["staged"])
+    for target in (a_file, link):
+        with pytest.raises(StageError, match="is not a folder"):
+            stage_release(demo_release["version_dir"], "FBK-MT/RedVox", target, synthetic=True)
+    assert a_file.read_text() == "mine\n" and link.resolve() == demo_release["staged"]
 
 
 def test_run_ends_with_the_dry_run_listing(demo_release):

@@ -95,10 +95,15 @@ def published(hub, demo_release, copy_demo_cache, tmp_path_factory) -> dict:
         new = withdrawal_version(versions.get_version())
         mp.setitem(versions.VERSIONS, new.version, new)
         version_dir = out / new.version
-        represent = ["release", "represent", str(version_dir), "--override-gate", "demo corpus"]
-        assert runner.invoke(main, represent).exit_code == 0
-        stage_release(version_dir, REPO, version_dir / "staged", synthetic=True)
-        push = ["release", "push", str(version_dir / "staged"), "--repo-id", REPO, "--public"]
+        inputs = demo / "config.yaml"  # the withdrawn copy: the release steps re-read it
+        represent = ["release", "represent", str(version_dir), "--override-gate", "demo corpus",
+                     "--config", str(inputs)]  # fmt: skip
+        represented = runner.invoke(main, represent)
+        assert represented.exit_code == 0, represented.output
+        stage_release(version_dir, REPO, version_dir / "staged", synthetic=True,
+                      config=InputConfig.load(inputs))  # fmt: skip
+        push = ["release", "push", str(version_dir / "staged"), "--repo-id", REPO, "--public",
+                "--config", str(inputs)]  # fmt: skip
         released = runner.invoke(main, push)  # verifies the staged folder, then pushes
         assert released.exit_code == 0, released.output
         use_request_timeout(120)

@@ -19,7 +19,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -27,13 +26,11 @@ from pathlib import Path
 
 import pytest
 from model_server import AudioModel, Judge
-from test_loading_paths import old_datasets_python  # noqa: F401 (a fixture)
 
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK_DONE = "<walked to the end of the block>"
-ABORT_AT_EXIT = "terminate called without an active exception"
 BIN = Path(sys.executable).parent
 DEMO = InputConfig.load(DEMO_CONFIG)
 
@@ -129,7 +126,6 @@ class Walk:
     cwd: Path | None = None
     outputs: dict[str, str] = field(default_factory=dict)  # command as written -> output
     skipped: list[str] = field(default_factory=list)
-    aborted_at_exit: list[str] = field(default_factory=list)  # see _run
 
     def sub(self, text: str) -> str:
         for old, new in self.substitutions.items():
@@ -166,8 +162,6 @@ class Walk:
         shown = f"python block {len(self.outputs)} of {block.heading!r}"
         code += f"\nprint({BLOCK_DONE!r})\n"  # the block ran to its end
         self.outputs[shown] = self._run([python, "-c", code], shown, cwd or self.cwd or self.root)
-        if shown in self.aborted_at_exit:  # tolerated for a streaming recipe only
-            assert "streaming=True" in block.code, f"{shown} aborted at exit"
         return self.outputs[shown]
 
     def _run(self, argv: list[str], shown: str, cwd: Path | None = None, env=None) -> str:
@@ -176,13 +170,6 @@ class Walk:
             argv, cwd=cwd, env=env or self.env, capture_output=True, text=True, timeout=600
         )
         output = done.stdout + done.stderr
-        if done.returncode == -signal.SIGABRT and done.stdout.endswith(BLOCK_DONE + "\n"):
-            if done.stderr.strip() == ABORT_AT_EXIT:
-                # Known upstream defect (datasets 5.2): a streaming iteration stopped before
-                # its end (`break`, `take`) can abort the interpreter at exit, about one run
-                # in four, after every line of the block has run. Recorded, not hidden.
-                self.aborted_at_exit.append(shown)
-                return output
         assert done.returncode == 0, f"{shown} (in {cwd}) failed:\n{output[-4000:]}"
         return output
 

@@ -47,8 +47,9 @@ BATCH = 64
 VAD_BATCH = 64
 # Bumped when the normalisation changes, so cached decodes are not reused. v2: the
 # header and NaN/inf checks refuse files v1 accepted, facts carry the ownership
-# fingerprint; the audio limits are in the key too.
-DECODE_FORMAT = "decode-v2"
+# fingerprint; the audio limits are in the key too. v3: the fingerprint is the landmark
+# fingerprint (builder/ownership.py FINGERPRINT_FORMAT), not the Haitsma-Kalker hash.
+DECODE_FORMAT = "decode-v3"
 
 
 @dataclass(frozen=True)

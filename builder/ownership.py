@@ -275,7 +275,8 @@ def _join_pass(
         held = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
         held += np.repeat(first, size)
         a, b = q_rec[query], recs[held]
-        other = owner_of[a] != owner_of[b]
+        # Unscaled, a landmark of i found in j is the one of j found in i: counted once.
+        other = (owner_of[a] != owner_of[b]) & ((a < b) if ratio == 1.0 else True)
         a, b, query, held = a[other], b[other], query[other], held[other]
         offset = np.round(anchors[held] - q_anchor[query]).astype(np.int64)
         pairs.append(np.minimum(a, b) * count + np.maximum(a, b))

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import io
 import subprocess
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import soundfile as sf
@@ -39,14 +41,14 @@ def encoded(samples: np.ndarray, fmt: str, subtype: str, rate: int = RATE) -> by
 
 def ffmpeg(samples: np.ndarray, suffix: str, *codec: str) -> tuple[bytes, str]:
     """`samples` encoded by FFmpeg with `codec` options into a `suffix` file."""
-    result = subprocess.run(
-        ["ffmpeg", "-nostdin", "-loglevel", "error", "-f", "wav", "-i", "pipe:0", *codec]
-        + ["-f", {".m4a": "ipod", ".opus": "ogg"}.get(suffix, suffix[1:]), "pipe:1"],
-        input=wav(samples),
-        capture_output=True,
-        check=True,
-    )
-    return result.stdout, suffix
+    with tempfile.TemporaryDirectory() as tmp:
+        source, target = Path(tmp) / "in.wav", Path(tmp) / f"out{suffix}"
+        source.write_bytes(wav(samples))
+        subprocess.run(
+            ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(source), *codec, str(target)],
+            check=True,
+        )
+        return target.read_bytes(), suffix
 
 
 def rms(samples: np.ndarray) -> float:

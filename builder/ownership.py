@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import base64
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import NoneType
@@ -35,10 +35,12 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 from scipy.ndimage import maximum_filter
 
-from redvox.schemas.config import AudioLimits
+from redvox.schemas.config import AudioLimits, InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.fields import checked
+from redvox.schemas.layout import sha256_file
 from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
+from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
 from .join import Recording, recording_quarantine
@@ -344,6 +346,34 @@ class OtherAudio:
 NOISE_BANK_OWNER = "\x00noise bank"  # no participant key is this: bank files never pair
 
 
+def contribution_audio(
+    config: InputConfig, rows: dict[int, dict[str, str | None]], skip: Set[int | None] = frozenset()
+) -> list[OtherAudio]:
+    """The audio file of every contributions line not in `skip`, whatever else is wrong
+    with the line, when its audio_file names a file inside the audio folder (a path that
+    leads elsewhere is the reader's problem, and nothing is read from it)."""
+    root = Path(config.audio_root).resolve()
+    found = []
+    for line, cells in sorted(rows.items()):
+        name = (cells.get("audio_file") or "").strip()
+        if line in skip or not name:
+            continue
+        path = (root / name).resolve()
+        if path.is_relative_to(root) and path.is_file():
+            owner = (cells.get("participant_key") or "").strip() or None
+            where = f"{config.contributions} line {line} ({name})"
+            found.append(OtherAudio(where, path, sha256_file(path), owner))
+    return found
+
+
+def bank_audio(bank: NoiseBank) -> list[OtherAudio]:
+    """Every file of the noise bank, each as the audio the check reads."""
+    return [
+        OtherAudio(str(bank.path(f.rel)), bank.path(f.rel), sha256_file(bank.path(f.rel)))
+        for f in bank.files
+    ]
+
+
 def exclude_shared_audio(
     admitted: Sequence[Recording],
     outcomes: Sequence[SpeechOutcome],
@@ -365,7 +395,9 @@ def exclude_shared_audio(
     prints: list[Fingerprint | str | None] = [o.fingerprint or None for o in outcomes]
     prints += [_file_fingerprint(o.path, o.sha256, cache, limits) for o in others]
     prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
-    where = [f"{r.file} line {r.line}" for r in admitted] + [o.where for o in [*others, *bank]]
+    where = [f"{r.file} line {r.line} ({r.contribution.audio_file})" for r in admitted] + [
+        o.where for o in [*others, *bank]
+    ]
     owners = [r.participant_key for r in admitted]
     owners += [o.owner if o.owner else f"\x00{o.where}" for o in others]
     owners += [NOISE_BANK_OWNER] * len(bank)

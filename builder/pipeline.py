@@ -46,7 +46,7 @@ from .manifest import (
     write_json,
     write_quarantine,
 )
-from .ownership import OtherAudio, exclude_shared_audio
+from .ownership import bank_audio, contribution_audio, exclude_shared_audio
 from .provenance import record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
@@ -218,7 +218,7 @@ def _speech(
         limits=config.audio_limits,
     )
     admitted_lines = {r.line for r in wanted}
-    others = unadmitted_audio(config, inputs.contribution_rows, admitted_lines)
+    others = contribution_audio(config, inputs.contribution_rows, admitted_lines)
     outcomes = exclude_shared_audio(
         wanted,
         outcomes,
@@ -229,34 +229,6 @@ def _speech(
         bank_loader=lambda path: bank.load(path.relative_to(bank.root).as_posix()),
     )
     return wanted, file_shas, outcomes
-
-
-def unadmitted_audio(
-    config: InputConfig, rows: dict[int, dict[str, str | None]], skip: set[int | None]
-) -> list[OtherAudio]:
-    """The audio file of every contributions line not in `skip`, whatever else is wrong
-    with the line, when its audio_file names a file inside the audio folder (a path that
-    leads elsewhere is the reader's problem, and nothing is read from it)."""
-    root = Path(config.audio_root).resolve()
-    found = []
-    for line, cells in sorted(rows.items()):
-        name = (cells.get("audio_file") or "").strip()
-        if line in skip or not name:
-            continue
-        path = (root / name).resolve()
-        if path.is_relative_to(root) and path.is_file():
-            owner = (cells.get("participant_key") or "").strip() or None
-            where = f"{config.contributions} line {line}"
-            found.append(OtherAudio(where, path, sha256_file(path), owner))
-    return found
-
-
-def bank_audio(bank: NoiseBank) -> list[OtherAudio]:
-    """Every file of the noise bank, each as the audio the check reads."""
-    return [
-        OtherAudio(str(bank.path(f.rel)), bank.path(f.rel), sha256_file(bank.path(f.rel)))
-        for f in bank.files
-    ]
 
 
 def _refuse_fatal(inputs: Inputs) -> None:

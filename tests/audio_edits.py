@@ -148,3 +148,20 @@ IN_SCOPE: dict[str, Edit] = {
         ".mp3",
     ),
 }
+
+
+# How much faster each speed edit plays (what a search over speeds must find).
+SPEED_OF: dict[str, float] = {
+    "44.1 kHz labelled 48 kHz": 48000 / 44100,
+    "48 kHz labelled 44.1 kHz": 44100 / 48000,
+    "22.05 kHz labelled 24 kHz": 24000 / 22050,
+    "16 kHz labelled 22.05 kHz": 22050 / 16000,
+    "32 kHz labelled 24 kHz": 24000 / 32000,
+    "16 kHz labelled 8 kHz": 8000 / 16000,
+    "24 kHz labelled 48 kHz": 48000 / 24000,
+    "speed 0.90": 0.90,
+    "speed 0.97": 0.97,
+    "speed 1.04": 1.04,
+    "speed 1.10": 1.10,
+    "MP3 of speed 0.95 + noise 10 dB": 0.95,
+}

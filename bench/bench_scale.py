@@ -92,6 +92,7 @@ def main(args: argparse.Namespace) -> None:
                     "parent_rss_mb": round(build["rss_mb"]["own"]),
                     "worker_rss_mb": round(build["rss_mb"]["worker"]),
                     "corpus_s": round(generated_s, 1),
+                    "ownership": build.get("ownership", {}),
                 }
             )
             if not args.keep:
@@ -157,6 +158,14 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
             f" + {fit['s_per_audio_h']:.1f} s per audio hour (R^2 {fit['r2']:.4f});"
             f" peak RSS {min(rss)}-{max(rss)} MB"
         )
+    for r in results:
+        step = r["ownership"]
+        if step:
+            print(
+                f"ownership step at scale {r['scale']:g} ({r['recordings']} recordings): "
+                f"{step['seconds']:.1f} s, parent peak RSS {step['rss_before_mb']} MB before "
+                f"-> {step['peak_rss_mb']} MB when it ends"
+            )
     print(
         json.dumps(
             {

@@ -136,17 +136,24 @@ IN_SCOPE: dict[str, Edit] = {
     "22.05 kHz labelled 24 kHz": lambda w, p: mislabel(w, 22050, 24000),
     "16 kHz labelled 22.05 kHz": lambda w, p: mislabel(w, 16000, 22050),
     "32 kHz labelled 24 kHz": lambda w, p: mislabel(w, 32000, 24000),
-    "16 kHz labelled 8 kHz": lambda w, p: mislabel(w, 16000, 8000),
-    "24 kHz labelled 48 kHz": lambda w, p: mislabel(w, 24000, 48000),
     "speed 0.90": _plain(lambda w, p: speed(w, 0.90)),
     "speed 0.97": _plain(lambda w, p: speed(w, 0.97)),
     "speed 1.04": _plain(lambda w, p: speed(w, 1.04)),
     "speed 1.10": _plain(lambda w, p: speed(w, 1.10)),
+    "32 kHz labelled 44.1 kHz": lambda w, p: mislabel(w, 32000, 44100),
+    "48 kHz labelled 32 kHz": lambda w, p: mislabel(w, 48000, 32000),
     "reverb RT60 0.5 s": _plain(lambda w, p: reverb(w)),
     "MP3 of speed 0.95 + noise 10 dB": lambda w, p: (
         encoded(noisy(speed(w, 0.95), 10), "MP3", "MPEG_LAYER_III"),
         ".mp3",
     ),
+}
+
+# A mislabel by an octave (16 kHz labelled 8 kHz, 24 kHz labelled 48 kHz) halves or
+# doubles every frequency: measured, not promised (bench/bench_ownership.py).
+OCTAVE: dict[str, Edit] = {
+    "16 kHz labelled 8 kHz": lambda w, p: mislabel(w, 16000, 8000),
+    "24 kHz labelled 48 kHz": lambda w, p: mislabel(w, 24000, 48000),
 }
 
 
@@ -159,6 +166,8 @@ SPEED_OF: dict[str, float] = {
     "32 kHz labelled 24 kHz": 24000 / 32000,
     "16 kHz labelled 8 kHz": 8000 / 16000,
     "24 kHz labelled 48 kHz": 48000 / 24000,
+    "32 kHz labelled 44.1 kHz": 44100 / 32000,
+    "48 kHz labelled 32 kHz": 32000 / 48000,
     "speed 0.90": 0.90,
     "speed 0.97": 0.97,
     "speed 1.04": 1.04,

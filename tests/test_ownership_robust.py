@@ -51,14 +51,19 @@ def cases() -> list[str]:
     return [*IN_SCOPE, *UNJOINED, CONTROL]
 
 
+def window_sums(values: np.ndarray, width: int) -> np.ndarray:
+    """The sum of every `width` consecutive values."""
+    total = np.r_[0.0, np.cumsum(values)]
+    return total[width:] - total[:-width]
+
+
 def probe(samples: np.ndarray, margin_s: float = 1.0) -> np.ndarray:
     """The loudest second of `samples` at least `margin_s` from either end (so that a
     copy trimmed by up to that much still holds it)."""
     inner = samples[int(margin_s * RATE) : len(samples) - int(margin_s * RATE)]
     if len(inner) < RATE:
         inner = samples
-    energy = np.convolve(inner.astype(np.float64) ** 2, np.ones(RATE), "valid")
-    start = int(np.argmax(energy))
+    start = int(np.argmax(window_sums(inner.astype(np.float64) ** 2, RATE)))
     return inner[start : start + RATE]
 
 
@@ -68,7 +73,7 @@ def presence(needle: np.ndarray, clip: np.ndarray) -> float:
         clip = np.r_[clip, np.zeros(len(needle) - len(clip), np.float32)]
     x, y = needle.astype(np.float64), clip.astype(np.float64)
     dot = fftconvolve(y, x[::-1], mode="valid")
-    power = np.convolve(y**2, np.ones(len(x)), "valid")
+    power = window_sums(y**2, len(x))
     ncc = dot / (np.linalg.norm(x) * np.sqrt(np.maximum(power, 1e-12)))
     return float(ncc.max())
 

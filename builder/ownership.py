@@ -295,11 +295,13 @@ def _merged(
     pairs = np.concatenate([kept[0], found[0]])
     codes = np.concatenate([kept[1], found[1]])
     counts = np.concatenate([kept[2], np.ones(len(found[0]), np.int64)])
+    if not len(pairs):
+        return pairs, codes, counts
     order = np.lexsort((codes, pairs))
     pairs, codes, counts = pairs[order], codes[order], counts[order]
     new = np.r_[True, (pairs[1:] != pairs[:-1]) | (codes[1:] != codes[:-1])]
     starts = np.flatnonzero(new)
-    return pairs[starts], codes[starts], np.add.reduceat(counts, starts) if len(starts) else counts
+    return pairs[starts], codes[starts], np.add.reduceat(counts, starts)
 
 
 def _best(

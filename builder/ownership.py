@@ -260,31 +260,37 @@ def _join_pass(
     peaks: _Peaks, owner_of: np.ndarray, lo: int, hi: int, totals: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """(pair, ratio-and-offset code) of every landmark with a hash in [lo, hi) that two
-    recordings of different owners share; adds the plain landmarks to `totals`."""
+    recordings of different owners share; adds the plain landmarks to `totals`.
+
+    The plain landmarks are sorted by (hash, owner), so the landmarks of a query's own
+    owner (one speaker's takes share most of theirs) are skipped as one range, never
+    paired one by one."""
     hashes, recs, anchors = peaks.landmarks(1.0, lo, hi)
     totals += np.bincount(recs, minlength=len(totals))
-    order = np.argsort(hashes, kind="stable")
-    hashes, recs, anchors = hashes[order], recs[order], anchors[order]
-    count = len(totals)
+    owners = int(owner_of.max()) + 1 if len(owner_of) else 1
+    keys = hashes * owners + owner_of[recs]
+    order = np.argsort(keys, kind="stable")
+    keys, recs, anchors = keys[order], recs[order], anchors[order]
     pairs, codes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for n, ratio in enumerate(RATIOS):
         q_hash, q_rec, q_anchor = peaks.landmarks(ratio, lo, hi)
-        first = np.searchsorted(hashes, q_hash, "left")
-        size = np.searchsorted(hashes, q_hash, "right") - first
-        keep = (size > 0) & (size <= COMMON)
-        q_rec, q_anchor, first, size = q_rec[keep], q_anchor[keep], first[keep], size[keep]
-        query = np.repeat(np.arange(len(q_rec)), size)
-        held = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-        held += np.repeat(first, size)
-        a, b = q_rec[query], recs[held]
-        # Unscaled, a landmark of i found in j is the one of j found in i: counted once.
-        other = (owner_of[a] != owner_of[b]) & ((a < b) if ratio == 1.0 else True)
-        a, b, query, held = a[other], b[other], query[other], held[other]
-        offset = np.round(anchors[held] - q_anchor[query]).astype(np.int64)
-        pairs.append(np.minimum(a, b) * count + np.maximum(a, b))
-        # The offset's sign follows the pair's order, so both directions of a copy agree.
-        offset = np.where(a < b, offset, -offset)
-        codes.append((n << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
+        group = np.searchsorted(keys, q_hash * owners), np.searchsorted(keys, (q_hash + 1) * owners)
+        own_key = q_hash * owners + owner_of[q_rec]
+        own = np.searchsorted(keys, own_key), np.searchsorted(keys, own_key + 1)
+        common = group[1] - group[0] > COMMON
+        for first, last in ((group[0], own[0]), (own[1], group[1])):
+            size = np.where(common, 0, last - first)
+            query = np.repeat(np.arange(len(q_rec)), size)
+            held = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+            held += np.repeat(first, size)
+            a, b = q_rec[query], recs[held]
+            if ratio == 1.0:  # unscaled, i found in j is j found in i: counted once
+                a, b, query, held = a[a < b], b[a < b], query[a < b], held[a < b]
+            offset = np.round(anchors[held] - q_anchor[query]).astype(np.int64)
+            pairs.append(np.minimum(a, b) * len(totals) + np.maximum(a, b))
+            # The offset's sign follows the pair's order, so both directions of a copy agree.
+            offset = np.where(a < b, offset, -offset)
+            codes.append((n << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
     return np.concatenate(pairs), np.concatenate(codes)
 
 

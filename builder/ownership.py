@@ -271,15 +271,20 @@ def _join_pass(
     keys = hashes * owners + owner_of[recs]
     order = np.argsort(keys, kind="stable")
     keys, recs, anchors = keys[order], recs[order], anchors[order]
+    # Where each hash's landmarks start: one table lookup per query, not a search.
+    bounds = np.r_[0, np.cumsum(np.bincount(hashes - lo, minlength=hi - lo))]
     pairs, codes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for n, ratio in enumerate(RATIOS):
         q_hash, q_rec, q_anchor = peaks.landmarks(ratio, lo, hi)
-        group = np.searchsorted(keys, q_hash * owners), np.searchsorted(keys, (q_hash + 1) * owners)
+        group = bounds[q_hash - lo], bounds[q_hash - lo + 1]
+        wanted = (group[1] > group[0]) & (group[1] - group[0] <= COMMON)
+        q_hash, q_rec, q_anchor = q_hash[wanted], q_rec[wanted], q_anchor[wanted]
+        group = group[0][wanted], group[1][wanted]
         own_key = q_hash * owners + owner_of[q_rec]
         own = np.searchsorted(keys, own_key), np.searchsorted(keys, own_key + 1)
-        common = group[1] - group[0] > COMMON
+        ratio_pairs, ratio_codes = [], []
         for first, last in ((group[0], own[0]), (own[1], group[1])):
-            size = np.where(common, 0, last - first)
+            size = last - first
             query = np.repeat(np.arange(len(q_rec)), size)
             held = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
             held += np.repeat(first, size)
@@ -287,11 +292,34 @@ def _join_pass(
             if ratio == 1.0:  # unscaled, i found in j is j found in i: counted once
                 a, b, query, held = a[a < b], b[a < b], query[a < b], held[a < b]
             offset = np.round(anchors[held] - q_anchor[query]).astype(np.int64)
-            pairs.append(np.minimum(a, b) * len(totals) + np.maximum(a, b))
             # The offset's sign follows the pair's order, so both directions of a copy agree.
             offset = np.where(a < b, offset, -offset)
-            codes.append((n << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
+            ratio_pairs.append(np.minimum(a, b) * len(totals) + np.maximum(a, b))
+            ratio_codes.append((n << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
+        kept = _repeated(np.concatenate(ratio_pairs), np.concatenate(ratio_codes))
+        pairs.append(kept[0])
+        codes.append(kept[1])
     return np.concatenate(pairs), np.concatenate(codes)
+
+
+def _repeated(pairs: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The (pair, code) entries of one ratio whose key, or a neighbouring offset, is seen
+    at least twice: a landmark shared once at an offset is chance (a copy shares MIN_HITS
+    at one), and most shared landmarks are that."""
+    order = np.lexsort((codes, pairs))
+    pairs, codes = pairs[order], codes[order]
+    if not len(pairs):
+        return pairs, codes
+    starts = np.flatnonzero(np.r_[True, (pairs[1:] != pairs[:-1]) | (codes[1:] != codes[:-1])])
+    counts = np.diff(np.r_[starts, len(pairs)])
+    near = counts.copy()
+    beside = (pairs[starts][1:] == pairs[starts][:-1]) & (
+        codes[starts][1:] == codes[starts][:-1] + 1
+    )
+    near[:-1] += np.where(beside, counts[1:], 0)
+    near[1:] += np.where(beside, counts[:-1], 0)
+    wanted = np.repeat(near >= 2, counts)
+    return pairs[wanted], codes[wanted]
 
 
 def _merged(
@@ -321,6 +349,7 @@ def _best(
     hits[1:] += np.where(same_next, counts[:-1], 0)
     order = np.lexsort((codes, -hits, pairs))  # per pair: most hits, then the lowest code
     first = order[np.r_[True, pairs[order][1:] != pairs[order][:-1]]] if len(order) else order
+    first = first[hits[first] >= MIN_HITS // 4]  # a pair sharing two or fewer says nothing
     scores = {}
     for k in first.tolist():
         i, j = divmod(int(pairs[k]), count)

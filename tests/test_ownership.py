@@ -144,20 +144,23 @@ def test_every_copy_in_a_collection_is_found_and_nothing_else():
     assert {owners[i] for i, _ in found} <= {p.parent.name for p in originals}
 
 
-def test_passes_over_hash_ranges_and_fingerprints_as_text_find_the_same_scores(monkeypatch):
+def test_passes_over_hash_ranges_and_fingerprints_as_text_find_the_same_pairs(monkeypatch):
     """A large collection is looked up in several passes, each over one range of hash
-    values, its fingerprints given as text: the scores are those of one pass."""
+    values, its fingerprints given as text: the same pairs match as in one pass (a
+    landmark shared once at an offset is dropped per pass, so a score may lose a hit)."""
     from redvox.builder import ownership
 
     prints, owners = demo_fingerprints()
+    count = len(prints)
     for n, fp in enumerate(prints[::7]):  # exact copies under other owners
         prints.append(fp)
         owners.append(f"copier-{n}")
-    one_pass = ownership.pair_scores(prints, owners)
-    assert any(s.same_audio for s in one_pass.values())
-    monkeypatch.setattr(ownership, "LANDMARKS_PER_PASS", 1000)
+    one_pass = ownership.matching_pairs(prints, owners)
+    assert {(7 * n, count + n) for n in range(len(prints) - count)} <= one_pass
+    landmarks = sum(len(fp.times) for fp in prints) * ownership.FAN
+    monkeypatch.setattr(ownership, "LANDMARKS_PER_PASS", landmarks // 8)  # 8 passes
     texts = [fp.to_text() for fp in prints]
-    assert ownership.pair_scores(texts, owners) == one_pass
+    assert ownership.matching_pairs(texts, owners) == one_pass
 
 
 def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):

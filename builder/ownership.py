@@ -14,7 +14,7 @@ recording are rescaled by every ratio of RATIOS and hashed again, so a copy play
 up to 10% faster or slower, or mislabelled between the common sample rates, still
 shares its hashes at one (ratio, offset).
 
-How the parameters were chosen (docs/ARCHITECTURE.md, "ownership"): on the demo
+How the parameters were chosen (docs/ARCHITECTURE.md, "Data flow"): on the demo
 corpus, every demo recording filed under another participant after each careless
 edit of tests/audio_edits.py (`bench/bench_ownership.py` prints the table). The
 sparse peaks (one per 80 ms x 500 Hz neighbourhood, within 15 dB of the loudest

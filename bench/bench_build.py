@@ -46,12 +46,36 @@ def peak_rss_mb(workers: int) -> dict[str, float]:
     return {"own": own, "worker": child, "total": own + (child * workers if workers > 1 else 0)}
 
 
+def _timed_ownership_step() -> dict:
+    """The parent's ownership step (fingerprints of the rows no set admits and of the
+    noise bank, then the lookup over the collection), timed: filled in as the build
+    runs. Its peak is the process's peak RSS when the step ends."""
+    from redvox.builder import pipeline
+
+    found: dict = {}
+    step = pipeline.exclude_shared_audio
+
+    def timed(*args, **kwargs):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        start = time.perf_counter()
+        try:
+            return step(*args, **kwargs)
+        finally:
+            found["seconds"] = round(time.perf_counter() - start, 2)
+            peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            found.update(rss_before_mb=round(before), peak_rss_mb=round(peak))
+
+    pipeline.exclude_shared_audio = timed
+    return found
+
+
 def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
     from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.vad import BatchedSileroVad
     from redvox.builder.versions import get_version
     from redvox.schemas import InputConfig
 
+    ownership = _timed_ownership_step()
     start = time.perf_counter()
     report = build_version(
         get_version(version),
@@ -61,6 +85,7 @@ def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
     seconds = time.perf_counter() - start
     return {
         "seconds": seconds,
+        "ownership": ownership,
         "rows": sum(report.sets["full"].rows.values()),
         "public_rows": sum(report.sets["public"].rows.values()),
         "computed": dict(report.computed),

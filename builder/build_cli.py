@@ -165,7 +165,16 @@ def variants() -> None:
 @click.option(
     "--noise-bank",
     type=click.Path(path_type=Path, file_okay=False),
-    help="MUSAN-layout noise bank (default: the demo corpus's)",
+    help="MUSAN-layout noise bank (default: the one of --config)",
+)
+@click.option(
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False, exists=True),
+    help=(
+        "input config of the build: the noise bank must hold none of its contributions' "
+        "voices, which is checked before anything is written (default: the demo corpus's)"
+    ),
 )
 @click.option(
     "--seed",
@@ -186,6 +195,7 @@ def add(
     source: Path,
     out: Path | None,
     noise_bank: Path | None,
+    config_path: Path | None,
     seed: int | None,
     cache_dir: Path | None,
 ) -> None:
@@ -201,9 +211,11 @@ def add(
     # A bad condition, noise bank or shard, a busy or unwritable output: UserErrors,
     # printed as one line at the CLI edge.
     condition = load_condition(condition_file)
-    bank_root = noise_bank or InputConfig.load(DEMO_CONFIG).noise_bank
-    bank = read_noise_bank(bank_root)
-    report = add_condition(condition, source, out, bank, seed=seed, cache_dir=cache_dir)
+    config = InputConfig.load(config_path or DEMO_CONFIG)
+    bank = read_noise_bank(noise_bank or config.noise_bank)
+    report = add_condition(
+        condition, source, out, bank, seed=seed, cache_dir=cache_dir, voices=config
+    )
     click.echo(f"RedVox {report.version} -> {report.folder}")
     rows = [[lang, n] for lang, n in sorted(report.added.items())]
     click.echo(tabulate(rows, headers=["language", f"rows added ({condition.name})"]))

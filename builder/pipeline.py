@@ -23,7 +23,7 @@ from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.vocab import PUBLIC, SETS, DatasetSet
 from redvox.sources.inputs import Inputs, load_inputs
-from redvox.sources.musan import read_noise_bank
+from redvox.sources.musan import NoiseBank, read_noise_bank
 
 from .cache import BuildCache
 from .clips import ClipRenderer
@@ -46,7 +46,7 @@ from .manifest import (
     write_json,
     write_quarantine,
 )
-from .ownership import exclude_shared_audio
+from .ownership import bank_audio, contribution_audio, exclude_shared_audio
 from .provenance import check_same_collection, record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
@@ -169,7 +169,7 @@ def _prepare(version: DatasetVersion, config: InputConfig, options: BuildOptions
     states = consent_states({r.participant_key for r in joined.recordings}, inputs.consent)
     cache = BuildCache(options.cache_dir or Path(options.out) / ".cache")
     wanted, file_shas, outcomes = _speech(
-        joined.recordings, states, version, config, cache, options
+        joined.recordings, states, version, config, cache, options, inputs, bank
     )
     takes = resolve_takes(wanted, outcomes)
     renderer = ClipRenderer(bank, cache, version.config.seed)
@@ -207,14 +207,14 @@ def _speech(
     config: InputConfig,
     cache: BuildCache,
     options: BuildOptions,
+    inputs: Inputs,
+    bank: NoiseBank,
 ) -> tuple[list[Recording], list[str], list[SpeechOutcome]]:
     """The recordings admitted to any set, the sha256 of their files and their outcomes:
-    decoded, judged by VAD, and refused where their audio is also filed under another
-    participant (the recordings no set admits are fingerprinted for that too)."""
-    wanted, others = [], []
-    for r in recordings:
-        admitted = admitted_to_any(states[r.participant_key], options.sets)
-        (wanted if admitted else others).append(r)
+    decoded, judged by VAD, and refused where their audio holds audio filed under another
+    participant (every other contributions row, joined or not, is fingerprinted for that
+    too); a noise-bank file holding a contribution's audio stops the build."""
+    wanted = [r for r in recordings if admitted_to_any(states[r.participant_key], options.sets)]
     paths = [Path(config.audio_root) / r.contribution.audio_file for r in wanted]
     file_shas = [sha256_file(p) for p in paths]
     outcomes = normalise_recordings(
@@ -227,10 +227,16 @@ def _speech(
         options.progress,
         limits=config.audio_limits,
     )
-    other_paths = [Path(config.audio_root) / r.contribution.audio_file for r in others]
-    other_shas = [sha256_file(p) for p in other_paths]
+    admitted_lines = {r.line for r in wanted}
+    others = contribution_audio(config, inputs.contribution_rows, admitted_lines)
     outcomes = exclude_shared_audio(
-        wanted, outcomes, others, other_paths, other_shas, cache, config.audio_limits
+        wanted,
+        outcomes,
+        others,
+        cache,
+        config.audio_limits,
+        bank=bank_audio(bank),
+        bank_loader=lambda path: bank.load(path.relative_to(bank.root).as_posix()),
     )
     return wanted, file_shas, outcomes
 

@@ -48,8 +48,9 @@ BATCH = 64
 VAD_BATCH = 64
 # Bumped when the normalisation changes, so cached decodes are not reused. v2: the
 # header and NaN/inf checks refuse files v1 accepted, facts carry the ownership
-# fingerprint; the audio limits are in the key too.
-DECODE_FORMAT = "decode-v2"
+# fingerprint; the audio limits are in the key too. v3: the fingerprint is the landmark
+# fingerprint (builder/ownership.py FINGERPRINT_FORMAT), not the Haitsma-Kalker hash.
+DECODE_FORMAT = "decode-v3"
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,15 @@ def _normalise_file(
         decoded = decode_audio(path, limits=limits)
     except AudioDecodeError as exc:
         return DecodeFact(error=str(exc).removeprefix(f"{path}: ")), None, None
+    problems = tuple(audio_problems(decoded))
     flac = encode_flac(decoded.samples)
+    # The decoded samples go before the released ones are read back: a long recording
+    # is never held twice (a 1-hour file: 230 MB each).
+    del decoded
     samples = flac_samples(flac)
     fact = DecodeFact(
         duration_s=len(samples) / SAMPLE_RATE,
-        problems=tuple(audio_problems(decoded)),
+        problems=problems,
         fingerprint=fingerprint(samples).to_text(),
     )
     return fact, flac, samples

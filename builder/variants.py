@@ -20,11 +20,13 @@ from tqdm import tqdm
 
 from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
+from redvox.schemas.config import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
 from redvox.sources.audio import flac_samples
+from redvox.sources.contributions import read_contributions
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
@@ -38,6 +40,7 @@ from .manifest import (
     read_manifest,
     write_json,
 )
+from .ownership import bank_audio, check_noise_bank, contribution_audio
 from .rows import AudioRef, natural_key
 from .versions import VERSIONS
 from .write import (
@@ -86,11 +89,14 @@ def add_condition(
     seed: int | None = None,
     cache_dir: Path | None = None,
     progress: bool = True,
+    voices: InputConfig | None = None,
 ) -> VariantReport:
     """Write a copy of the build at `source` (a set folder, or a release folder with
     shards and maybe a manifest) with rows of `condition` added; returns where.
 
     Existing rows keep their bytes and IDs; new rows take the next IDs per language.
+    `voices`: the input config whose every contribution the bank is checked against
+    before anything is written (NoiseBankVoiceError: the bank holds one of them).
     """
     source = Path(source)
     manifest = _source_manifest(source)
@@ -98,9 +104,28 @@ def add_condition(
     version = f"{manifest['version']}+{condition.name}"
     root = Path(out) if out else default_out_root(source)
     with build_lock(root):
+        if voices is not None:
+            cache = BuildCache(cache_dir or root / ".cache")
+            _check_bank(voices, bank, cache)
         return _add_locked(
             condition, source, root, manifest, version, bank, seed, cache_dir, progress
         )
+
+
+def _check_bank(config: InputConfig, bank: NoiseBank, cache: BuildCache) -> None:
+    """The bank must hold no contribution's voice: every row of the contributions
+    manifest counts, whether or not it would join."""
+    read = read_contributions(config.contributions, config.audio_root)
+    fatal = [str(p) for p in read.problems if p.fatal]
+    if fatal:
+        raise VariantError(f"the noise bank cannot be checked: {fatal[0]}")
+    check_noise_bank(
+        contribution_audio(config, read.rows),
+        bank_audio(bank),
+        lambda path: bank.load(path.relative_to(bank.root).as_posix()),
+        cache,
+        config.audio_limits,
+    )
 
 
 def _add_locked(

@@ -415,8 +415,11 @@ def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
             "recordings, so these samples come from elsewhere"
         )
     buffer = io.BytesIO()
-    # libsndfile wraps around instead of saturating above full scale.
-    sf.write(buffer, np.clip(mono, -1.0, 1.0), sample_rate, format="FLAC", subtype="PCM_16")
+    # libsndfile wraps around instead of saturating above full scale. Clipped block by
+    # block, so a long recording is not copied whole (the bytes are those of one write).
+    with sf.SoundFile(buffer, "w", sample_rate, 1, format="FLAC", subtype="PCM_16") as out:
+        for start in range(0, len(mono), BLOCK_FRAMES):
+            out.write(np.clip(mono[start : start + BLOCK_FRAMES], -1.0, 1.0))
     return buffer.getvalue()
 
 

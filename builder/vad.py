@@ -106,31 +106,32 @@ class BatchedSileroVad:
     def _run_batch(self, batch: list[np.ndarray]) -> list[np.ndarray]:
         """Window probabilities of recordings sorted longest first, run in lockstep."""
         n_windows = [-(-len(audio) // WINDOW) for audio in batch]
-        framed = [_with_context(audio, n) for audio, n in zip(batch, n_windows, strict=True)]
         longest = n_windows[0] if batch else 0
         probs = np.zeros((len(batch), longest), dtype=np.float32)
         state = np.zeros((_STATE_SHAPE[0], len(batch), _STATE_SHAPE[1]), dtype=np.float32)
+        window = np.zeros((len(batch), CONTEXT + WINDOW), dtype=np.float32)
         for w in range(longest):
             active = sum(n > w for n in n_windows)
+            # Each row: the 64 samples before the window (zeros before the first), then
+            # 512 new ones (zeros past the end). Cut from the audio itself, window by
+            # window, so a long recording is never copied whole.
+            window[:active] = 0.0
             start = w * WINDOW
-            window = np.stack([row[start : start + CONTEXT + WINDOW] for row in framed[:active]])
+            for row, audio in zip(window[:active], batch[:active], strict=True):
+                before = audio[max(start - CONTEXT, 0) : start]
+                row[CONTEXT - len(before) : CONTEXT] = before
+                new = audio[start : start + WINDOW]
+                row[CONTEXT : CONTEXT + len(new)] = new
             out, state = self._session.run(
                 None,
                 {
-                    "input": window,
+                    "input": window[:active],
                     "state": np.ascontiguousarray(state[:, :active]),
                     "sr": _RATE_INPUT,
                 },
             )
             probs[:active, w] = out[:, 0]
         return [probs[i, :n] for i, n in enumerate(n_windows)]
-
-
-def _with_context(audio: np.ndarray, n_windows: int) -> np.ndarray:
-    """64 zeros, the audio, zeros up to whole windows: window w is row[w*512 : w*512 + 576]."""
-    row = np.zeros(CONTEXT + n_windows * WINDOW, dtype=np.float32)
-    row[CONTEXT : CONTEXT + len(audio)] = audio
-    return row
 
 
 def timestamps_from_probabilities(

@@ -247,8 +247,10 @@ def test_retries_then_error_rows_then_continue(demo_release, model, tmp_path):
         "--dataset", str(staged), "--lang", "de", "--model", "m", "--endpoint", model.base_url,
         "--out", str(out), "--backoff-s", "0", "--concurrency", "2",
     ]  # fmt: skip
-    model.fail_429, model.fail_500 = 3, 2  # retried: every row still answered
-    result = infer(*args)
+    # retried: every row still answered, even one that meets all five failures (the first
+    # row is alone in flight until an answer arrives) with the 6 attempts of --max-retries 5
+    model.fail_429, model.fail_500 = 3, 2
+    result = infer(*args, "--max-retries", "5")
     assert result.exit_code == 0, result.output
     records = read_lines(out / "de" / "m.jsonl")
     n = len(records)

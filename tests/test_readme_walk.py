@@ -195,6 +195,7 @@ def new_walk(root: Path, servers, staged: Path) -> Walk:
         "http://host:8000/v1": model.base_url,  # the GPU machine's vLLM
         "https://api.openai.com/v1": judge.base_url,  # the judge
         "path/to/musan": str(DEMO.noise_bank),
+        "path/to/config.yaml": str(DEMO_CONFIG),
     }
     tokens = {"FILE": str(DEMO_CONFIG), "URL": judge.base_url, "JUDGE": "stand-in-judge"}
     return Walk(root, env, substitutions, tokens)

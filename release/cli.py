@@ -236,7 +236,8 @@ def _stage_and_verify(
     click.echo(
         f"  audio: {footprint.rows} rows would carry {footprint.row_audio_bytes} bytes of audio "
         f"if each kept its own copy; the shards store {footprint.distinct_clips} distinct clips "
-        f"({footprint.distinct_audio_bytes} bytes) in {footprint.file_bytes} bytes of parquet"
+        f"({footprint.distinct_audio_bytes} bytes) in {footprint.file_bytes} bytes of parquet "
+        f"(counted per shard: a clip shared by several languages is stored once in each)"
     )
     manifest = _build_manifest(version_dir / dataset_set)
     return _verify(staged, config, repo_id=repo_id, manifest=manifest, build=version_dir)

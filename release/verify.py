@@ -73,7 +73,8 @@ class VerificationResult:
             configs = ", ".join(f"{c} {n}" for c, n in self.rows.items())
             return (
                 f"{self.staged}: verified (rows per config: {configs}; "
-                f"{self.decoded_clips} distinct clips decoded)"
+                f"{self.decoded_clips} distinct clips decoded, each once across all shards; "
+                f"stage counts a clip once per shard it is stored in)"
             )
         return "\n".join(f"  {p}" for p in self.problems)
 

@@ -14,11 +14,13 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from redvox.builder.cli import main
+from redvox.release.evaluation.redvox_eval import dataset
 from redvox.release.evaluation.redvox_eval.labels import LANGUAGES, RELEASE_COLUMNS
-from redvox.schemas import CONTRACT_COLUMNS
+from redvox.schemas import CONTRACT_COLUMNS, layout
 from redvox.schemas import LANGUAGES as SCHEMA_LANGUAGES
 
 EVALUATION = Path(__file__).resolve().parent.parent / "release" / "evaluation"
@@ -153,3 +155,25 @@ def test_requirements_cover_every_third_party_import():
 def test_release_columns_are_the_schema_contract():
     assert RELEASE_COLUMNS == CONTRACT_COLUMNS
     assert LANGUAGES == SCHEMA_LANGUAGES
+
+
+def test_the_evaluator_reads_the_layout_the_builder_writes(tmp_path):
+    """The evaluator's copy of the shard layout is the builder's: what a build writes and the
+    card's configs select is what `evaluate infer --dataset FOLDER` reads."""
+    assert (dataset.DATA_DIR, dataset.SHARD_GLOB) == (layout.DATA_DIR, layout.SHARD_GLOB)
+    written = layout.shard_path(tmp_path, "en")
+    written.parent.mkdir(parents=True)
+    written.touch()
+    assert dataset.shards_of(tmp_path, dataset.Selection()) == layout.shard_paths(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["extra.parquet", "train-00000-of-00001.parquet"])
+def test_a_parquet_the_card_would_not_select_stops_infer(staged_copy, tmp_path, name):
+    stray = staged_copy / "data" / "en" / name
+    shutil.copy(layout.shard_path(staged_copy, "en"), stray)
+    result = CliRunner().invoke(main, ["evaluate", "infer", "--dataset", str(staged_copy),
+                                       "--model", "m", "--endpoint", "http://127.0.0.1:9/v1",
+                                       "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"{stray}: not a shard name (data/<lang>/test-*.parquet" in result.output
+    assert not (tmp_path / "out").exists()

@@ -177,3 +177,29 @@ def test_a_parquet_the_card_would_not_select_stops_infer(staged_copy, tmp_path, 
     assert result.exit_code == 1, result.output
     assert f"{stray}: not a shard name (data/<lang>/test-*.parquet" in result.output
     assert not (tmp_path / "out").exists()
+
+
+def _local_imports(path: Path) -> set[str]:
+    """The redvox_eval modules PATH imports, at module level or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return names
+
+
+def test_the_evaluators_modules_import_in_one_direction():
+    """No import circle in redvox_eval, late imports counted: a module never needs, even
+    lazily, one that needs it (cli.py registers harness_cli's commands; neither imports
+    the other back)."""
+    package = EVALUATION / "redvox_eval"
+    graph = {path.stem: _local_imports(path) for path in package.glob("*.py")}
+    assert "harness_cli" in graph["cli"] and "commandline" in graph["harness_cli"]
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for name in graph.get(start, ()):
+            if name == goal or (name not in seen and reaches(name, goal, seen | {name})):
+                return True
+        return False
+
+    assert [name for name in graph if reaches(name, name, set())] == []

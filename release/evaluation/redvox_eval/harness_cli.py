@@ -23,7 +23,7 @@ def _infer_options(command):
             default=DEFAULT_DATASET,
             show_default=True,
             help="a Hub repo id (needs `datasets`), a downloaded/staged folder with "
-            "data/<lang>/*.parquet, or a parquet shard",
+            "data/<lang>/test-*.parquet, or a parquet shard",
         ),
         click.option("--revision", help="Hub revision (tag such as v1.0.0, branch or commit)"),
         click.option(

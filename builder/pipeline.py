@@ -1,4 +1,5 @@
-"""`redvox build`: inputs -> join -> consent -> decode -> VAD -> variants -> shards.
+"""`redvox build`: the steps of docs/ARCHITECTURE.md, "Data flow", 1 (inputs) to 9
+(shards), in that order.
 
 Each step is its own module; this one wires them, keeps the expensive work
 behind the cache and writes the two sets. Recordings are processed in chunks, and

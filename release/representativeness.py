@@ -30,7 +30,7 @@ from tabulate import tabulate
 from redvox.builder.manifest import MANIFEST
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.errors import UserError
-from redvox.schemas.layout import sha256_file, shard_paths
+from redvox.schemas.layout import sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import FULL, PUBLIC
 
 from .statistics import ChiSquare, chi_square, counts_of
@@ -86,7 +86,7 @@ def read_metadata(set_dir: Path) -> pd.DataFrame:
     shards = shard_paths(set_dir)
     if not shards:
         raise FileNotFoundError(
-            f"{set_dir}: no data/<lang>/*.parquet shards; build the set first (redvox build)"
+            f"{set_dir}: no {shard_glob('<lang>')} shards; build the set first (redvox build)"
         )
     frames = [pq.read_table(s, columns=list(METADATA_COLUMNS)).to_pandas() for s in shards]
     return pd.concat(frames, ignore_index=True)

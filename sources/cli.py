@@ -202,7 +202,8 @@ def _bank_table(bank: NoiseBank) -> str:
 
 def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
     """The recordings a build would quarantine at decode time (VAD is left to the build)."""
-    # The decoder lives with the builder, which applies the same rules.
+    # The build's own decoder and checks (sources/audio.py; builder/recordings.py calls the
+    # same two functions), so the check and the build quarantine the same recordings.
     from redvox.sources.audio import AudioDecodeError, audio_problems, decode_audio
 
     problems = []

@@ -14,11 +14,13 @@ import sysconfig
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from redvox.builder.cli import main
+from redvox.release.evaluation.redvox_eval import dataset
 from redvox.release.evaluation.redvox_eval.labels import LANGUAGES, RELEASE_COLUMNS
-from redvox.schemas import CONTRACT_COLUMNS
+from redvox.schemas import CONTRACT_COLUMNS, layout
 from redvox.schemas import LANGUAGES as SCHEMA_LANGUAGES
 
 EVALUATION = Path(__file__).resolve().parent.parent / "release" / "evaluation"
@@ -153,3 +155,51 @@ def test_requirements_cover_every_third_party_import():
 def test_release_columns_are_the_schema_contract():
     assert RELEASE_COLUMNS == CONTRACT_COLUMNS
     assert LANGUAGES == SCHEMA_LANGUAGES
+
+
+def test_the_evaluator_reads_the_layout_the_builder_writes(tmp_path):
+    """The evaluator's copy of the shard layout is the builder's: what a build writes and the
+    card's configs select is what `evaluate infer --dataset FOLDER` reads."""
+    assert (dataset.DATA_DIR, dataset.SHARD_GLOB) == (layout.DATA_DIR, layout.SHARD_GLOB)
+    written = layout.shard_path(tmp_path, "en")
+    written.parent.mkdir(parents=True)
+    written.touch()
+    assert dataset.shards_of(tmp_path, dataset.Selection()) == layout.shard_paths(tmp_path)
+
+
+@pytest.mark.parametrize("name", ["extra.parquet", "train-00000-of-00001.parquet"])
+def test_a_parquet_the_card_would_not_select_stops_infer(staged_copy, tmp_path, name):
+    stray = staged_copy / "data" / "en" / name
+    shutil.copy(layout.shard_path(staged_copy, "en"), stray)
+    result = CliRunner().invoke(main, ["evaluate", "infer", "--dataset", str(staged_copy),
+                                       "--model", "m", "--endpoint", "http://127.0.0.1:9/v1",
+                                       "--out", str(tmp_path / "out")])  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert f"{stray}: not a shard name (data/<lang>/test-*.parquet" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def _local_imports(path: Path) -> set[str]:
+    """The redvox_eval modules PATH imports, at module level or inside a function."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            names |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+    return names
+
+
+def test_the_evaluators_modules_import_in_one_direction():
+    """No import circle in redvox_eval, late imports counted: a module never needs, even
+    lazily, one that needs it (cli.py registers harness_cli's commands; neither imports
+    the other back)."""
+    package = EVALUATION / "redvox_eval"
+    graph = {path.stem: _local_imports(path) for path in package.glob("*.py")}
+    assert "harness_cli" in graph["cli"] and "commandline" in graph["harness_cli"]
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        for name in graph.get(start, ()):
+            if name == goal or (name not in seen and reaches(name, goal, seen | {name})):
+                return True
+        return False
+
+    assert [name for name in graph if reaches(name, name, set())] == []

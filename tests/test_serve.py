@@ -4,6 +4,7 @@ vLLM, the stand-in judge in this process."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import shutil
@@ -150,7 +151,10 @@ def test_a_job_gives_suppressed_aggregates_only(make_service, judge, demo_releas
     audit = service.store.audit_log()
     ended = [a for a in audit if a["action"] == "job ended"]
     assert ended[-1]["outcome"] == "done" and ended[-1]["user"] == "alice"
-    assert ended[-1]["model"] == MODEL and len(ended[-1]["build_sha256"]) == 64
+    assert ended[-1]["model"] == MODEL
+    # the audit names the exact build: the sha256 of the full build's manifest bytes
+    manifest = service.config.full / "manifest.json"
+    assert ended[-1]["build_sha256"] == hashlib.sha256(manifest.read_bytes()).hexdigest()
 
 
 BAD_BODIES = [

@@ -1,10 +1,18 @@
 """Rules every reader shares: encodings, empty files, NaN, line numbers, read-only."""
 
 import csv
+import json
 import random
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
+import yaml
+from click.testing import CliRunner
+from test_sources_check import DEMO, demo_config
 
+from redvox.builder.cli import main
+from redvox.schemas import DEMO_CONFIG
 from redvox.sources.registry import read_participants
 from redvox.sources.tables import cell_text, read_table
 
@@ -32,16 +40,51 @@ def test_non_utf8_bytes_are_fatal_and_say_how_to_fix(tmp_path):
     assert "re-export the file as UTF-8" in problem.message
 
 
+EMPTY = [(b"", "is empty"), (b"\n  \n", "is empty"), (None, "has no data rows")]
+
+
 @pytest.mark.parametrize(
-    ("content", "says"),
-    [(b"", "is empty"), (b"\n  \n", "is empty"), (HEADER.encode(), "has no data rows")],
-)
-def test_empty_files_are_fatal(tmp_path, content, says):
-    path = tmp_path / "participants.csv"
-    path.write_bytes(content)
-    result = read_participants(path)
-    assert result.fatal and result.records == []
-    assert says in str(result.problems[-1]) and str(path) in str(result.problems[-1])
+    ("extension", "content", "says"),
+    [(ext, content, says) for ext in ("csv", "jsonl", "parquet") for content, says in EMPTY
+     if not (ext == "jsonl" and content is None)],  # JSONL has no header to stand alone
+)  # fmt: skip
+def test_empty_files_are_fatal(tmp_path, extension, content, says):
+    """The shared reader's own verdict, the one every table input gets before a reader
+    (the participants registry) makes all its problems fatal: a file of no rows (no bytes,
+    blank lines, or a header / parquet schema alone) is a fatal problem naming the file."""
+    path = tmp_path / f"participants.{extension}"
+    if content is not None:
+        path.write_bytes(content)
+    elif extension == "parquet":
+        columns = HEADER.strip().split(",")
+        pq.write_table(pa.table({c: pa.array([], pa.string()) for c in columns}), path)
+    else:
+        path.write_text(HEADER, encoding="utf-8")
+    result = read_table(path, ["participant_key"], what="participants registry")
+    assert result.records == [] and result.fatal
+    [problem] = [p for p in result.problems if says in p.message]
+    assert problem.fatal and problem.file == str(path)
+    registry = read_participants(path)
+    assert registry.fatal and registry.records == []
+    assert says in str(registry.problems[-1]) and str(path) in str(registry.problems[-1])
+
+
+@pytest.mark.parametrize("name", ["shades", "malert", "contributions", "participants", "consent"])
+def test_sources_check_refuses_an_input_of_no_rows(tmp_path, name):
+    """Each table input holding its header (or, for JSONL, a parquet schema) and no row:
+    `sources check` exits 1 and names that file."""
+    source = DEMO / yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))[name]
+    if source.suffix == ".csv":
+        empty = tmp_path / source.name
+        empty.write_text(source.read_text(encoding="utf-8").splitlines()[0] + "\n")
+    else:
+        empty = tmp_path / f"{source.stem}.parquet"
+        columns = json.loads(source.read_text(encoding="utf-8").splitlines()[0])
+        pq.write_table(pa.table({c: pa.array([], pa.string()) for c in columns}), empty)
+    config = demo_config(tmp_path, **{name: empty})
+    result = CliRunner().invoke(main, ["sources", "check", "--no-audio", "--config", str(config)])
+    assert result.exit_code == 1, result.output
+    assert f"{empty}: has no data rows" in result.output
 
 
 def test_unknown_extension_is_fatal(tmp_path):

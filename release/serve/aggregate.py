@@ -26,6 +26,7 @@ from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.labels import CLASSES, UNLABELLED
 from redvox.release.evaluation.redvox_eval.metrics import prepare_rows, share_cell
 from redvox.release.evaluation.redvox_eval.outputs import find_output_files, load_outputs
+from redvox.schemas import layout
 from redvox.schemas.vocab import SETS
 
 from . import privacy
@@ -37,9 +38,8 @@ SIDES = SETS  # full beside public
 def entry_keys(build_side: Path) -> set[str]:
     """The `entry_key` of every row of a built set (OUT/<version>/public)."""
     keys: set[str] = set()
-    for shard in sorted((build_side / "data").rglob("*.parquet")):
-        if not shard.name.startswith("."):
-            keys.update(pq.read_table(shard, columns=["entry_key"])["entry_key"].to_pylist())
+    for shard in layout.shard_paths(build_side):
+        keys.update(pq.read_table(shard, columns=["entry_key"])["entry_key"].to_pylist())
     return keys
 
 

@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from redvox.release.evaluation.redvox_eval.infer import output_path
+from redvox.schemas import layout
 
 # What infer reads of a row: its key (lang, ID), the filter columns, and the request.
 INPUT_COLUMNS = ("ID", "lang", "modality", "audio_type", "vulnerability_type", "user_text",
@@ -37,17 +38,11 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def shards(build_side: Path) -> list[Path]:
-    return [
-        p for p in sorted((build_side / "data").rglob("*.parquet")) if not p.name.startswith(".")
-    ]
-
-
 def export_input(full: Path, dest: Path) -> int:
     """Writes the INPUT_COLUMNS of every full-build shard under DEST/data/<lang>/ (0700
     folders, 0600 files), a batch at a time; the number of rows."""
     rows = 0
-    for shard in shards(full):
+    for shard in layout.shard_paths(full):
         target = private_dir(dest / "data" / shard.parent.name) / shard.name
         source = pq.ParquetFile(shard)
         schema = source.schema_arrow
@@ -99,7 +94,7 @@ def output_size(folder: Path) -> tuple[int, int]:
 def build_rows(full: Path) -> dict[tuple[str, str], dict]:
     """Every full-build row without its audio, by infer's key (lang, ID)."""
     rows: dict[tuple[str, str], dict] = {}
-    for shard in shards(full):
+    for shard in layout.shard_paths(full):
         names = [n for n in pq.ParquetFile(shard).schema_arrow.names if n != "audio"]
         for row in pq.read_table(shard, columns=names).to_pylist():
             rows[(str(row["lang"]), str(row["ID"]))] = row

@@ -9,7 +9,6 @@ go to the maintainers' log STATE/logs/<job>.log (0600, capped)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -28,6 +27,7 @@ from urllib.parse import urlsplit
 
 from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.judge_outputs import default_tag
+from redvox.schemas.layout import sha256_file
 
 from . import aggregate, jobfiles, sandbox
 from .sandbox import (
@@ -97,10 +97,6 @@ class Config:
         return self.sandbox or sandbox.Policy(forbidden=(self.state, self.build))
 
 
-def file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -166,8 +162,8 @@ class Runner:
         for side in (config.full, config.public):
             if not (side / "manifest.json").is_file() or not (side / "data").is_dir():
                 raise ValueError(f"{side}: not a build (expected manifest.json and data/)")
-        self.build_sha256 = file_sha256(config.full / "manifest.json")
-        self.public_sha256 = file_sha256(config.public / "manifest.json")
+        self.build_sha256 = sha256_file(config.full / "manifest.json")
+        self.public_sha256 = sha256_file(config.public / "manifest.json")
         self.public_keys = aggregate.entry_keys(config.public)
         for folder in (config.results, config.work, config.logs):
             jobfiles.private_dir(folder)

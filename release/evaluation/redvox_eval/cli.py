@@ -5,17 +5,18 @@ from __future__ import annotations
 
 import json
 import shlex
-import sys
 from pathlib import Path
 
 import click
 
+from .commandline import PROGRAM, invoked_as, program, retry_options
 from .errors import EvaluationError
-from .harness_cli import retry_options
+from .harness_cli import do_judge, infer, run
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.pass_context
+def cli(ctx: click.Context) -> None:
     """RedVox reference evaluator.
 
     \b
@@ -25,6 +26,7 @@ def cli() -> None:
     3. `report` gives the paper's taxonomy, breakdowns and plots;
     `validate` measures the judge against human labels.
     """
+    ctx.meta[PROGRAM] = invoked_as(ctx)
 
 
 @cli.command()
@@ -82,19 +84,6 @@ def _warn_unlabelled(unlabelled: dict, rows) -> None:
                 "--judge-tag to read only the judged copies",
                 err=True,
             )
-
-
-def program(ctx: click.Context) -> str:
-    """How the user called the evaluator, for the commands it suggests: `redvox evaluate`
-    in the package, `python evaluation/evaluate.py` (as typed) in the Hub copy."""
-    while ctx.command is not cli and ctx.parent is not None:
-        ctx = ctx.parent
-    if ctx.parent is not None:  # mounted under another command: `redvox evaluate`
-        return ctx.command_path
-    script = sys.argv[0] if sys.argv else ""
-    if script.endswith(".py"):
-        return f"python {shlex.quote(script)}"
-    return ctx.info_name or "evaluate"
 
 
 @cli.command()
@@ -227,8 +216,6 @@ def judge(
 ) -> None:
     """Label each response of PATHS (JSONL files or folders) with relatedness, safety and
     refusal, writing <model>.<tag>.jsonl; rows already labelled are kept as they are."""
-    from .harness_cli import do_judge
-
     try:
         tag, prompts, run, usage = do_judge(
             paths,
@@ -263,8 +250,6 @@ def judge(
     click.echo(f"next: {prog} report {judged} --judge-tag {tag} --out REPORT_DIR")
     click.echo(f"      {prog} validate HUMAN_LABELS {judged} --out VALIDATION_DIR")
 
-
-from .harness_cli import infer, run  # noqa: E402 (registered after the core commands)
 
 cli.add_command(infer)
 cli.add_command(run)

@@ -1,4 +1,4 @@
-"""Read RedVox rows for inference, streamed: a local staged folder (`data/<lang>/*.parquet`),
+"""Read RedVox rows for inference, streamed: a local staged folder (`data/<lang>/test-*.parquet`),
 parquet shards named directly, or a Hub repo id through `datasets` when it is installed.
 
 Rows come a parquet batch at a time, so memory holds a few dozen clips, not the release.
@@ -19,6 +19,11 @@ from .errors import EvaluationError
 from .labels import LANGUAGES
 
 BATCH_ROWS = 32
+# The release layout, as redvox/schemas/layout.py defines it (this copy runs without redvox
+# installed; tests/test_eval_standalone.py pins the two equal): one folder per language
+# under DATA_DIR, its shards named by SHARD_GLOB (the card's `data_files` pattern).
+DATA_DIR = "data"
+SHARD_GLOB = "test-*.parquet"
 FILTER_COLUMNS = ("lang", "audio_type", "vulnerability_type")
 
 
@@ -59,25 +64,33 @@ def is_hub_id(source: str) -> bool:
 
 
 def shards_of(source: str | Path, selection: Selection) -> list[Path]:
-    """The parquet shards of a staged/built folder (`data/<lang>/*.parquet`), a folder of
-    shards, or one shard; only the selected languages' folders."""
+    """The parquet shards of a staged/built folder (`data/<lang>/test-*.parquet`), a folder
+    of shards, or one shard; only the selected languages' folders. A parquet file there
+    that the card's configs would not select stops the run (read it or not, the figures
+    would differ from those of the Hub copy)."""
     root = Path(source)
     if root.is_file():
         return [root]
     if not root.is_dir():
         raise EvaluationError(f"{root}: no such dataset folder or parquet file")
-    data = root / "data" if (root / "data").is_dir() else root
+    data = root / DATA_DIR if (root / DATA_DIR).is_dir() else root
     shards = []
     for shard in sorted(data.rglob("*.parquet")):
         if shard.name.startswith("."):
             continue  # a temporary file of an interrupted write
+        if not shard.match(SHARD_GLOB):
+            raise EvaluationError(
+                f"{shard}: not a shard name ({DATA_DIR}/<lang>/{SHARD_GLOB}, as the card's "
+                f"configs select); rename it or move it out of {data}"
+            )
         lang = shard.parent.name
         if selection.langs is not None and lang in LANGUAGES and lang not in selection.langs:
             continue
         shards.append(shard)
     if not shards:
         raise EvaluationError(
-            f"{root}: no parquet shards (expected data/<lang>/*.parquet, as in the Hub repo)"
+            f"{root}: no parquet shards (expected {DATA_DIR}/<lang>/{SHARD_GLOB}, as in the "
+            f"Hub repo)"
         )
     return shards
 

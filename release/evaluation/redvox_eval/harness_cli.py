@@ -1,5 +1,5 @@
 """`infer` (dataset -> model outputs) and `run` (infer -> judge -> report), registered on the
-evaluator's command line in cli.py."""
+evaluator's command line in cli.py (which imports this module; this one does not import it)."""
 
 from __future__ import annotations
 
@@ -10,38 +10,10 @@ from pathlib import Path
 
 import click
 
+from .commandline import RETRY_OPTIONS, program, with_options
 from .errors import EvaluationError
 
 DEFAULT_DATASET = "FBK-MT/RedVox"
-# The retry policy of a client, the model's (infer) or the judge's (judge): one definition.
-RETRY_OPTIONS = [
-    click.option(
-        "--max-retries",
-        default=4,
-        show_default=True,
-        type=click.IntRange(min=0),
-        help="retries on 429, 5xx, network errors and malformed answers",
-    ),
-    click.option(
-        "--backoff-s",
-        default=1.0,
-        show_default=True,
-        type=click.FloatRange(min=0),
-        help="first retry wait, doubled each time (a Retry-After of plain seconds wins, "
-        "at most 120)",
-    ),
-]
-
-
-def with_options(command, options):
-    """`command` with the click options of the list `options`, listed in its order."""
-    for option in reversed(options):
-        command = option(command)
-    return command
-
-
-def retry_options(command):
-    return with_options(command, RETRY_OPTIONS)
 
 
 def _infer_options(command):
@@ -51,7 +23,7 @@ def _infer_options(command):
             default=DEFAULT_DATASET,
             show_default=True,
             help="a Hub repo id (needs `datasets`), a downloaded/staged folder with "
-            "data/<lang>/*.parquet, or a parquet shard",
+            "data/<lang>/test-*.parquet, or a parquet shard",
         ),
         click.option("--revision", help="Hub revision (tag such as v1.0.0, branch or commit)"),
         click.option(
@@ -233,8 +205,6 @@ def infer(**options) -> None:
     if summary.errors:
         click.echo(summary.error_hint(), err=True)
         sys.exit(1)
-    from .cli import program  # the group's module imports this one
-
     prog = program(click.get_current_context())
     click.echo(f"next: {prog} judge {options['out']} --out JUDGED_DIR")
 

@@ -1,0 +1,51 @@
+"""docs/ARCHITECTURE.md, "Layout": a layer imports only the layers before it. The known
+arrows back are listed here, so a new one fails until the doc and this list say why."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("schemas", "sources", "noise", "builder", "release")
+# (module, what it imports): the late imports of `sources check`, which reads the version
+# registry and draws its noise conditions as the build would.
+ARROWS_BACK = {
+    ("sources/cli.py", "redvox.builder.versions"),
+    ("sources/cli.py", "redvox.noise"),
+}
+
+
+def _imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_no_layer_imports_a_later_one_but_the_listed_arrows():
+    back = set()
+    for rank, layer in enumerate(LAYERS):
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            for name in _imports(path):
+                parts = name.split(".")
+                if parts[0] == "redvox" and len(parts) > 1 and parts[1] in LAYERS[rank + 1 :]:
+                    back.add((path.relative_to(ROOT).as_posix(), name))
+    assert back == ARROWS_BACK
+
+
+def test_only_the_root_cli_imports_by_name():
+    """`importlib` loads a module by name only in the root CLI's lazy dispatch (builder/cli.py
+    COMMANDS), in the noise registry's scan of its own package, and in the evaluator's
+    optional `datasets` (third-party, for a Hub repo id)."""
+    users = {
+        path.relative_to(ROOT).as_posix()
+        for layer in LAYERS
+        for path in (ROOT / layer).rglob("*.py")
+        if "import_module(" in path.read_text(encoding="utf-8")
+    }
+    evaluator_dataset = "release/evaluation/redvox_eval/dataset.py"
+    assert users == {"builder/cli.py", "noise/__init__.py", evaluator_dataset}

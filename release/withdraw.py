@@ -173,7 +173,11 @@ def local_holdings(out: Path, user_id: str) -> list[Holding]:
 
 
 def _rows_of(source, user_id: str) -> int:
-    column = pq.read_table(source, columns=["user_id"]).column("user_id").to_pylist()
+    # ParquetFile, one thread, no pre-buffering: pyarrow's dataset reader (what read_table
+    # uses) leaves IO threads behind on a Python file object that can abort the
+    # interpreter at exit ("terminate called without an active exception").
+    table = pq.ParquetFile(source, pre_buffer=False).read(columns=["user_id"], use_threads=False)
+    column = table.column("user_id").to_pylist()
     return sum(1 for u in column if u == user_id)
 
 

@@ -203,7 +203,12 @@ def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_
     assert JUDGE_KEY not in environment and targets["canary"] not in environment
     assert str(service.config.state) not in environment
     assert all(r.startswith("denied") for r in report["read"].values()), report["read"]
-    assert all(r.startswith("denied") for r in report["write"].values()), report["write"]
+    # Inside the sandbox /tmp is its own tmpfs, so in a checkout under /tmp (as CI's may
+    # be) the folders around its bound files are scratch there: a write may land in them,
+    # never on the host (the next assertion looks at the host's side of every target).
+    escaped = [p for p, r in report["write"].items()
+               if not r.startswith("denied") and not p.startswith("/tmp/")]  # fmt: skip
+    assert not escaped, report["write"]
     assert not any(Path(p).exists() for p in targets["write"])
     for attempt in ("listener", "listener6", "outside", "abstract", "signal"):
         assert report[attempt].startswith("denied"), (attempt, report[attempt])

@@ -294,20 +294,6 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
-def recorded_hashes(folder: Path) -> dict[str, str]:
-    """The `files` map (relative path -> sha256) of the set folder's manifest.json
-    (builder/manifest.py MANIFEST); empty when it is missing or unreadable, so that
-    nothing is trusted without a record."""
-    try:
-        manifest = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return {}
-    if not isinstance(files, dict):
-        return {}
-    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
-
-
 def write_shard(
     path: Path,
     rows: Iterable[ShardRow],

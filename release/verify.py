@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redvox.builder.manifest import MANIFEST, BuildManifest
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
 from redvox.schemas.vocab import FULL, PUBLIC
@@ -795,7 +796,7 @@ def verify_staged(
     config: InputConfig,
     repo_id: str | None = None,
     api=None,
-    manifest: dict[str, Any] | None = None,
+    manifest: BuildManifest | None = None,
     build: Path | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> VerificationResult:
@@ -825,9 +826,9 @@ def verify_staged(
     problems += check_text_files(staged, registry, local)
     counts = shard_counts(staged)
     problems += check_card(staged, counts)
-    if manifest is not None and manifest.get("counts") is not None:
+    if manifest is not None:
         problems += _check_provenance_counts(
-            Path(f"{manifest.get('set')}/manifest.json"), manifest["counts"], counts
+            Path(manifest.dataset_set) / MANIFEST, manifest.counts, counts
         )
     cache = Path(tempfile.mkdtemp(prefix="redvox-verify-"))
     try:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from redvox.builder.manifest import MANIFEST, BuildManifest
 from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.judge_outputs import default_tag
 
@@ -164,10 +165,11 @@ class Runner:
     def __init__(self, config: Config, store: Store):
         self.config, self.store = config, store
         for side in (config.full, config.public):
-            if not (side / "manifest.json").is_file() or not (side / "data").is_dir():
-                raise ValueError(f"{side}: not a build (expected manifest.json and data/)")
-        self.build_sha256 = file_sha256(config.full / "manifest.json")
-        self.public_sha256 = file_sha256(config.public / "manifest.json")
+            if not (side / MANIFEST).is_file() or not (side / "data").is_dir():
+                raise ValueError(f"{side}: not a build (expected {MANIFEST} and data/)")
+            BuildManifest.load(side)  # a ManifestError names the file and the field
+        self.build_sha256 = file_sha256(config.full / MANIFEST)
+        self.public_sha256 = file_sha256(config.public / MANIFEST)
         self.public_keys = aggregate.entry_keys(config.public)
         for folder in (config.results, config.work, config.logs):
             jobfiles.private_dir(folder)

@@ -20,11 +20,11 @@ from tqdm import tqdm
 
 from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
+from redvox.schemas.audio_cell import flac_samples, read_cell
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
-from redvox.sources.audio import flac_samples
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
@@ -258,17 +258,14 @@ def _cache_rows(shard: Path, cache: BuildCache) -> list[ShardRow]:
     rows = []
     for n, record in enumerate(_shard_records(shard)):
         try:
-            audio = record.pop("audio")
-            data, path = audio["bytes"], audio["path"]
-            entry = Entry(**record, audio=AudioCell(path=path))
-            if not isinstance(data, bytes) or not data:
-                raise ValueError("the audio cell holds no bytes")
+            cell = read_cell(record.pop("audio"))
+            entry = Entry(**record, audio=AudioCell(path=cell.path))
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise VariantError(
                 f"{shard}: row {n} is not a RedVox row ({_first_line(exc)}); "
                 "download or build the shard again"
             ) from None
-        rows.append(ShardRow(entry, cache.put_blob(data)))
+        rows.append(ShardRow(entry, cache.put_blob(cell.bytes)))
     return rows
 
 

@@ -24,6 +24,7 @@ from redvox.builder.manifest import BuildManifest, ConsentAudit
 from redvox.builder.versions import DatasetVersion
 from redvox.noise import mixes_speech
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
+from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
 from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
@@ -475,8 +476,7 @@ def sample_section(row: Mapping[str, Any] | None) -> str:
     shown = {}
     for name, value in row.items():
         if name == "audio":
-            cell = value or {}
-            size = len(cell.get("bytes") or b"")
+            size = len(cell_bytes(value))
             shown[name] = {"bytes": f"<{size} bytes of 16 kHz mono FLAC>", "path": "<file name>"}
         elif name in SAMPLE_PLACEHOLDERS and value is not None:
             shown[name] = f"<{fields[name].description or name}>" if name in fields else "<…>"

@@ -32,6 +32,7 @@ import pyarrow.parquet as pq
 from redvox.builder.manifest import MANIFEST, BuildManifest, ConsentAudit
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
+from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import PUBLIC
@@ -174,7 +175,7 @@ def audio_footprint(shards: list[Path]) -> AudioFootprint:
     for shard in shards:
         distinct: dict[str, int] = {}
         for cell in pq.read_table(shard, columns=["audio"]).column("audio").to_pylist():
-            data = cell["bytes"] or b""
+            data = cell_bytes(cell)
             rows += 1
             row_bytes += len(data)
             distinct.setdefault(hashlib.sha256(data).hexdigest(), len(data))

@@ -254,3 +254,61 @@ def test_decoding_refuses_audio_that_is_not_16k_mono():
         decode_cell({"bytes": encode_flac(_tone(0.2), 8000), "path": None})
     with pytest.raises(ValueError, match="mono"):
         encode_flac(np.zeros((10, 2), dtype=np.float32))
+
+
+# --- the serve job rows -------------------------------------------------------------------
+
+
+def _old_public_job(store, job_id: str) -> dict:
+    """The HTTP JSON of a job as the app built it from the row before the record."""
+    import sqlite3
+
+    with sqlite3.connect(store.path) as db:
+        db.row_factory = sqlite3.Row
+        row = dict(db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone())
+    row["serving_args"] = json.loads(row["serving_args"])
+    from redvox.release.serve.app import PUBLIC_JOB
+
+    return {k: row[k] for k in PUBLIC_JOB}
+
+
+def test_a_job_reads_its_row_and_the_app_returns_the_same_json_bytes(tmp_path):
+    from starlette.responses import JSONResponse
+
+    from redvox.release.serve.app import public_job
+    from redvox.release.serve.store import Job, Store
+
+    store = Store(tmp_path / "state")
+    args = {"max_model_len": 4096, "dtype": "bfloat16", "nested": {"a": [1, 2.5, None]}}
+    first = store.submit("alice", "org/model", "0123abc", args)
+    second = store.submit("alice", "org/other", "main", {})
+    queued = store.job(first)
+    assert isinstance(queued, Job) and queued.serving_args == args
+    assert (queued.status, queued.started, queued.slot) == ("queued", None, None)
+    assert store.job(first, "bob") is None and store.job("no-such-job") is None
+    claimed = store.claim(3)
+    assert (claimed.id, claimed.status, claimed.slot) == (first, "running", 3)
+    assert claimed.started is not None and claimed.created == queued.created
+    assert [j.id for j in store.interrupted()] == [first]  # as it was: running
+    assert store.job(first).status == "failed" and store.job(first).reason == "cancelled"
+    assert store.cancel_queued(second)
+    for job_id in (first, second):
+        job = store.job(job_id)
+        assert (
+            JSONResponse(public_job(job)).body == JSONResponse(_old_public_job(store, job_id)).body
+        )
+        assert store.job(job_id) == job  # read twice, equal
+    assert [j.id for j in store.jobs_of("alice")] == [first, second]
+
+
+def test_a_jobs_table_with_an_unknown_column_is_refused(tmp_path):
+    import sqlite3
+
+    from redvox.release.serve.store import Store
+
+    store = Store(tmp_path / "state")
+    job_id = store.submit("alice", "org/model", "main", {})
+    with sqlite3.connect(store.path) as db:
+        db.execute("ALTER TABLE jobs ADD COLUMN priority INTEGER")
+    with pytest.raises(TypeError, match="priority"):
+        store.job(job_id)

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 from redvox.noise import SHARED_KEY, ClipParams, mixes_speech, render, sample_params
 from redvox.schemas import SAMPLE_RATE, NoiseCondition
+from redvox.schemas.audio_cell import encode_flac, flac_samples
 from redvox.schemas.fields import checked
-from redvox.sources.audio import encode_flac, flac_samples
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of

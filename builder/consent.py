@@ -15,6 +15,8 @@ from typing import Protocol, TypeVar
 from redvox.schemas import ConsentRecord, ConsentState, resolve_consent
 from redvox.schemas.vocab import FULL, PUBLIC, DatasetSet
 
+from .manifest import ConsentAudit, Tally
+
 
 def consent_states(
     participant_keys: Iterable[str], registry: Mapping[str, list[ConsentRecord]]
@@ -55,7 +57,7 @@ def consent_audit(
     states: Mapping[str, ConsentState],
     recordings_per_participant: Mapping[str, int],
     dataset_set: DatasetSet,
-) -> dict:
+) -> ConsentAudit:
     """Counts for `consent_audit.json`: participants and recordings kept, and excluded
     per consent state. Only numbers: the file may be published with the set."""
     kept = [k for k, s in states.items() if s.allows(dataset_set)]
@@ -64,15 +66,15 @@ def consent_audit(
     for key, state in states.items():
         if not state.allows(dataset_set):
             excluded_recordings[state.value] += recordings_per_participant.get(key, 0)
-    return {
-        "set": dataset_set,
-        "rule": _RULES[dataset_set],
-        "participants": {"kept": len(kept), "excluded": dict(sorted(excluded.items()))},
-        "recordings": {
-            "kept": sum(recordings_per_participant.get(k, 0) for k in kept),
-            "excluded": dict(sorted(excluded_recordings.items())),
-        },
-    }
+    return ConsentAudit(
+        dataset_set=dataset_set,
+        rule=_RULES[dataset_set],
+        participants=Tally(kept=len(kept), excluded=dict(sorted(excluded.items()))),
+        recordings=Tally(
+            kept=sum(recordings_per_participant.get(k, 0) for k in kept),
+            excluded=dict(sorted(excluded_recordings.items())),
+        ),
+    )
 
 
 _RULES: dict[str, str] = {

@@ -14,9 +14,12 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, ClassVar, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from redvox.schemas import LANGUAGES
+from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
 
 from .write import PendingFiles, atomic_write_bytes
@@ -220,14 +223,110 @@ def write_json(path: Path, payload: dict, pending: PendingFiles | None = None) -
     atomic_write_bytes(path, body.encode(), pending=pending)
 
 
-def read_manifest(folder: Path) -> dict:
-    path = Path(folder) / MANIFEST
+class ManifestError(UserError, ValueError):
+    """A `manifest.json` or `consent_audit.json` that is missing or does not read as the
+    record the builder writes there."""
+
+
+class _Strict(BaseModel):
+    """Frozen, no unknown keys, no type coerced: a file either is the record or is refused."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, populate_by_name=True)
+
+
+class _Record(_Strict):
+    """A JSON file the build writes beside its shards, read and written only here:
+    sorted keys, two-space indents, a closing newline, absent optional fields left out."""
+
+    FILE: ClassVar[str]
+
+    @classmethod
+    def load(cls, folder: Path) -> Self:
+        """The record in the set folder; one line naming the file (and the field) when it
+        is missing or not such a record."""
+        path = Path(folder) / cls.FILE
+        try:
+            raw = json.loads(path.read_bytes().decode("utf-8"))
+        except FileNotFoundError:
+            raise ManifestError(
+                f"{path}: no build {cls.FILE}; point at a set folder written by `redvox build`"
+            ) from None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ManifestError(
+                f"{path}: not a readable build {cls.FILE} ({first}); build the set again"
+            ) from None
+        if not isinstance(raw, dict):
+            raise ManifestError(f"{path}: not a build {cls.FILE} (not a JSON object); build again")
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = ".".join(str(part) for part in error["loc"]) or "(top level)"
+            raise ManifestError(
+                f"{path}: field {field!r}: {error['msg']} ({exc.error_count()} problem(s)); "
+                f"not a {cls.FILE} this builder wrote, build the set again"
+            ) from None
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON object of the file (absent optional fields left out)."""
+        dumped = self.model_dump(by_alias=True)
+        return {key: value for key, value in dumped.items() if value is not None}
+
+    def write(self, folder: Path, pending: PendingFiles | None = None) -> None:
+        write_json(Path(folder) / self.FILE, self.to_json(), pending)
+
+
+class Tally(_Strict):
+    """Kept, and excluded per consent state."""
+
+    kept: int
+    excluded: dict[str, int]
+
+
+class ConsentAudit(_Record):
+    """What `consent_audit.json` holds: only numbers, so it may be published with the set."""
+
+    FILE: ClassVar[str] = CONSENT_AUDIT
+    dataset_set: str = Field(alias="set")
+    rule: str
+    participants: Tally
+    recordings: Tally
+
+
+class BuildManifest(_Record):
+    """What `manifest.json` holds, the one reader and writer of it. The fields that only
+    some builds record (a `variants add` copy of a release folder knows no languages or
+    items) are left out of the file when absent."""
+
+    FILE: ClassVar[str] = MANIFEST
+    version: str
+    dataset_set: str = Field(alias="set")  # public / full; a release folder's own name
+    config_hash: str
+    seed: int
+    conditions: list[dict[str, Any]]  # NoiseCondition.model_dump(mode="json") of each
+    inputs: dict[str, str]  # input name -> sha256 (audio, noise banks included)
+    rows: dict[str, int]  # language -> rows
+    counts: dict[str, dict[str, dict[str, int]]]  # lang -> audio_type -> vulnerability -> n
+    files: dict[str, str]  # path relative to the set folder -> sha256
+    languages: list[str] | None = None
+    shared_clips: dict[str, dict[str, Any]] | None = None  # name -> params, audio_sha256
+    items: list[str] | None = None  # the build's item keys
+    derived_from: dict[str, str | None] | None = None  # variants: version, manifest_sha256
+
+    @property
+    def base_version(self) -> str:
+        """The declared version the rows were built by (without a `+condition` suffix)."""
+        return self.version.split("+", 1)[0]
+
+
+def recorded_files(folder: Path) -> dict[str, str]:
+    """The `files` map (relative path -> sha256) of the set folder's manifest; empty
+    when it is missing or unreadable, so that nothing is trusted without a record."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{path}: no build manifest; point at a folder written by `redvox build`"
-        ) from None
+        return dict(BuildManifest.load(folder).files)
+    except ManifestError:
+        return {}
 
 
 def file_hashes(

@@ -40,11 +40,12 @@ from .manifest import (
     CONSENT_AUDIT,
     MANIFEST,
     QUARANTINE,
+    BuildManifest,
     QuarantineRecord,
     count_rows,
     file_hashes,
     quarantine_summary,
-    write_json,
+    recorded_files,
     write_quarantine,
 )
 from .ownership import bank_audio, contribution_audio, exclude_shared_audio
@@ -73,7 +74,6 @@ from .write import (
     ShardRow,
     ShardUpdate,
     build_lock,
-    recorded_hashes,
     remove_leftovers,
     write_shard,
 )
@@ -380,7 +380,7 @@ def write_set(
     folder.mkdir(parents=True, exist_ok=True)
     remove_leftovers(folder)
     _remove_stale_shards(folder, set(shards), pending)
-    recorded = recorded_hashes(folder)
+    recorded = recorded_files(folder)
     written = repaired = 0
     bar = tqdm(
         shards.items(), desc=f"write {dataset_set}", unit="shard", disable=not context.progress
@@ -407,18 +407,17 @@ def write_set(
     # Contributions, not files: the retakes of one (language, item, participant) count once.
     recordings_of = Counter(key for _, _, key in {r.contribution.key for r in context.recordings})
     audit = consent_audit(context.states, recordings_of, dataset_set)
-    write_json(folder / CONSENT_AUDIT, audit, pending)
+    audit.write(folder, pending)
     shard_names = [shard_path(folder, lang).relative_to(folder).as_posix() for lang in shards]
     files = file_hashes(folder, [*shard_names, QUARANTINE, CONSENT_AUDIT], pending)
     conditions = context.version.config.conditions
     counts = {lang: sum(1 for _ in id_order(o, conditions)) for lang, o in shards.items()}
-    manifest = _manifest(context, dataset_set, admitted, shards, counts, files)
-    write_json(folder / MANIFEST, manifest, pending)
+    _manifest(context, dataset_set, admitted, shards, counts, files).write(folder, pending)
     return SetReport(
         folder=folder,
         rows=counts,
         quarantined=quarantine_summary(r for r in quarantine if not (public and r.private)),
-        excluded_participants=audit["participants"]["excluded"],
+        excluded_participants=audit.participants.excluded,
         shards_written=written,
         shards_repaired=repaired,
     )
@@ -456,28 +455,28 @@ def _manifest(
     shards: dict[str, list[RowSource]],
     rows: dict[str, int],
     files: dict[str, str],
-) -> dict:
+) -> BuildManifest:
     config = context.version.config
     recordings = [r for r in context.recordings if r.participant_key in admitted]
     audio = _audio_digest(recordings, context.file_shas)
     inputs = {**context.inputs_hashes, "noise_bank": context.noise_bank, "audio": audio}
-    return {
-        "version": context.version.version,
-        "set": dataset_set,
-        "config_hash": config.config_hash(),
-        "seed": config.seed,
-        "languages": list(config.languages),
-        "conditions": [c.model_dump(mode="json") for c in config.conditions],
-        "inputs": dict(sorted(inputs.items())),
-        "shared_clips": {
+    return BuildManifest(
+        version=context.version.version,
+        dataset_set=dataset_set,
+        config_hash=config.config_hash(),
+        seed=config.seed,
+        languages=list(config.languages),
+        conditions=[c.model_dump(mode="json") for c in config.conditions],
+        inputs=dict(sorted(inputs.items())),
+        shared_clips={
             name: {"params": json.loads(params), "audio_sha256": clip.digest}
             for name, (clip, params) in sorted(context.maker.shared.items())
         },
-        "rows": rows,
-        "counts": count_rows(_counted(shards, config.conditions)),
-        "files": files,
-        "items": sorted(context.item_keys),  # the build's items, to compare or pin them
-    }
+        rows=rows,
+        counts=count_rows(_counted(shards, config.conditions)),
+        files=files,
+        items=sorted(context.item_keys),  # the build's items, to compare or pin them
+    )
 
 
 def _counted(

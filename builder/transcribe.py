@@ -19,10 +19,10 @@ from typing import Any, ClassVar
 
 from tqdm import tqdm
 
+from redvox.schemas.audio_cell import flac_samples
 from redvox.schemas.errors import UserError
 from redvox.schemas.fields import checked
 from redvox.schemas.layout import sha256_file
-from redvox.sources.audio import flac_samples
 
 from .cache import BuildCache, digest_of
 from .join import Recording

@@ -20,12 +20,12 @@ from tqdm import tqdm
 
 from redvox.noise import check_condition, mixes_speech, renders_one_clip
 from redvox.schemas import SAMPLE_RATE, AudioCell, Entry, NoiseCondition, entry_key
+from redvox.schemas.audio_cell import flac_samples, read_cell
 from redvox.schemas.config import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
 from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
-from redvox.sources.audio import flac_samples
 from redvox.sources.contributions import read_contributions
 from redvox.sources.musan import NoiseBank
 
@@ -35,10 +35,11 @@ from .manifest import (
     CONSENT_AUDIT,
     MANIFEST,
     QUARANTINE,
+    BuildManifest,
+    ManifestError,
     count_rows,
     file_hashes,
-    read_manifest,
-    write_json,
+    recorded_files,
 )
 from .ownership import bank_audio, check_noise_bank, contribution_audio
 from .rows import AudioRef, natural_key
@@ -47,7 +48,6 @@ from .write import (
     ShardRow,
     atomic_write_bytes,
     build_lock,
-    recorded_hashes,
     remove_leftovers,
     write_shard,
 )
@@ -100,15 +100,15 @@ def add_condition(
     """
     source = Path(source)
     manifest = _source_manifest(source)
-    seed = _source_seed(manifest, source) if seed is None else seed
-    version = f"{manifest['version']}+{condition.name}"
+    base = manifest.version if manifest else _rows_version(source)
+    seed = _source_seed(manifest, base, source) if seed is None else seed
     root = Path(out) if out else default_out_root(source)
     with build_lock(root):
         if voices is not None:
             cache = BuildCache(cache_dir or root / ".cache")
             _check_bank(voices, bank, cache)
         return _add_locked(
-            condition, source, root, manifest, version, bank, seed, cache_dir, progress
+            condition, source, root, _Source(manifest, base), bank, seed, cache_dir, progress
         )
 
 
@@ -128,25 +128,34 @@ def _check_bank(config: InputConfig, bank: NoiseBank, cache: BuildCache) -> None
     )
 
 
+@dataclass(frozen=True)
+class _Source:
+    """The build a variant is made from: its manifest (None for a release folder without
+    one) and its version."""
+
+    manifest: BuildManifest | None
+    version: str
+
+
 def _add_locked(
     condition: NoiseCondition,
     source: Path,
     root: Path,
-    manifest: dict,
-    version: str,
+    origin: _Source,
     bank: NoiseBank,
     seed: int,
     cache_dir: Path | None,
     progress: bool,
 ) -> VariantReport:
-    folder = root / version / manifest["set"]
+    version = f"{origin.version}+{condition.name}"
+    folder = root / version / (origin.manifest.dataset_set if origin.manifest else source.name)
     cache = BuildCache(cache_dir or folder.parent.parent / ".cache")
     renderer = ClipRenderer(bank, cache, seed)
     shards = shard_paths(source)
     if not shards:
         raise VariantError(f"{source}: no parquet shards under data/<lang>/; point at a set folder")
     remove_leftovers(folder)
-    recorded = recorded_hashes(folder)
+    recorded = recorded_files(folder)
     shared = renderer.shared(condition) if renders_one_clip(condition) else None
     report = VariantReport(folder, version, {}, 0)
     counted: list[dict] = []
@@ -164,14 +173,17 @@ def _add_locked(
     for name in (QUARANTINE, CONSENT_AUDIT):
         if (source / name).is_file():
             atomic_write_bytes(folder / name, (source / name).read_bytes())
-    updated = _variant_manifest(manifest, condition, version, seed, bank, shared, counted)
-    updated["derived_from"] = {
-        "version": manifest["version"],
-        "manifest_sha256": _manifest_sha(source),
-    }
     written = [p.relative_to(folder).as_posix() for p in sorted(folder.rglob("*")) if p.is_file()]
-    updated["files"] = file_hashes(folder, [n for n in written if n != MANIFEST])
-    write_json(folder / MANIFEST, updated)
+    files = file_hashes(folder, [n for n in written if n != MANIFEST])
+    updated = _variant_manifest(origin.manifest, condition, seed, bank, shared, counted)
+    updated.model_copy(
+        update={
+            "version": version,
+            "dataset_set": folder.name,
+            "derived_from": {"version": origin.version, "manifest_sha256": _manifest_sha(source)},
+            "files": files,
+        }
+    ).write(folder)
     return report
 
 
@@ -179,35 +191,36 @@ COUNTED = ("lang", "audio_type", "vulnerability_type")
 
 
 def _variant_manifest(
-    manifest: dict,
+    manifest: BuildManifest | None,
     condition: NoiseCondition,
-    version: str,
     seed: int,
     bank: NoiseBank,
     shared: tuple[AudioRef, str] | None,
     counted: list[dict],
-) -> dict:
-    """The source's manifest with the new condition, its seed, bank and row counts."""
-    updated = {
-        **manifest,
-        "version": version,
-        "seed": seed,
-        "config_hash": digest_of(manifest.get("config_hash", ""), condition.model_dump_json()),
-        "conditions": [*manifest.get("conditions", ()), condition.model_dump(mode="json")],
-        "inputs": {
-            **manifest.get("inputs", {}),
-            f"noise_bank_{condition.name}": bank.fingerprint(),
-        },
-        "rows": dict(sorted(Counter(r["lang"] for r in counted).items())),
-        "counts": count_rows(counted),
-    }
+) -> BuildManifest:
+    """The source's manifest (an empty one for a release folder without it) with the new
+    condition, its seed, bank and row counts; version, set and files still the source's."""
+    if manifest is None:
+        manifest = BuildManifest(
+            version="", dataset_set="", config_hash="", seed=seed, conditions=[], inputs={},
+            rows={}, counts={}, files={},
+        )  # fmt: skip
+    clips = manifest.shared_clips
     if shared is not None:
         clip, params = shared
-        updated["shared_clips"] = {
-            **manifest.get("shared_clips", {}),
-            condition.name: {"params": json.loads(params), "audio_sha256": clip.digest},
+        entry = {"params": json.loads(params), "audio_sha256": clip.digest}
+        clips = {**(clips or {}), condition.name: entry}
+    return manifest.model_copy(
+        update={
+            "seed": seed,
+            "config_hash": digest_of(manifest.config_hash, condition.model_dump_json()),
+            "conditions": [*manifest.conditions, condition.model_dump(mode="json")],
+            "inputs": {**manifest.inputs, f"noise_bank_{condition.name}": bank.fingerprint()},
+            "rows": dict(sorted(Counter(r["lang"] for r in counted).items())),
+            "counts": count_rows(counted),
+            "shared_clips": clips,
         }
-    return updated
+    )
 
 
 def default_out_root(source: Path) -> Path:
@@ -218,32 +231,32 @@ def default_out_root(source: Path) -> Path:
     return source.parent.parent if (source / MANIFEST).is_file() else source.parent
 
 
-def _source_seed(manifest: dict, source: Path) -> int:
+def _source_seed(manifest: BuildManifest | None, version: str, source: Path) -> int:
     """The manifest's seed; without one, the seed of the declared version the rows were
     built by (a local `+condition` suffix does not change it)."""
-    if manifest.get("seed") is not None:
-        return manifest["seed"]
-    base = manifest["version"].split("+", 1)[0]
+    if manifest is not None:
+        return manifest.seed
+    base = version.split("+", 1)[0]
     if base not in VERSIONS:
         raise VariantError(
-            f"{source}: no manifest records the seed, and version {manifest['version']!r} of "
+            f"{source}: no manifest records the seed, and version {version!r} of "
             f"the rows is not declared by this builder ({', '.join(VERSIONS)}); pass --seed"
         )
     return VERSIONS[base].config.seed
 
 
-def _source_manifest(source: Path) -> dict:
-    """The build manifest; a release folder without one gets its version from the rows."""
-    if (source / MANIFEST).is_file():
-        try:
-            manifest = {"set": source.name, **read_manifest(source)}
-            manifest["version"]  # noqa: B018 - every build manifest names its version
-        except (UnicodeDecodeError, ValueError, TypeError, KeyError) as exc:
-            raise VariantError(
-                f"{source / MANIFEST}: not a readable build manifest ({_first_line(exc)}); "
-                "build the set again"
-            ) from None
-        return manifest
+def _source_manifest(source: Path) -> BuildManifest | None:
+    """The build manifest; None for a release folder without one."""
+    if not (source / MANIFEST).is_file():
+        return None
+    try:
+        return BuildManifest.load(source)
+    except ManifestError as exc:
+        raise VariantError(str(exc)) from None
+
+
+def _rows_version(source: Path) -> str:
+    """The newest `builder_version` in the shards of a release folder without a manifest."""
     versions = set()
     for shard in shard_paths(source):
         try:
@@ -255,8 +268,8 @@ def _source_manifest(source: Path) -> dict:
             ) from None
         versions |= set(column.to_pylist())
     if not versions:
-        raise VariantError(f"{source}: no manifest.json and no rows to read a version from")
-    return {"version": max(versions, key=natural_key), "set": source.name}
+        raise VariantError(f"{source}: no {MANIFEST} and no rows to read a version from")
+    return max(versions, key=natural_key)
 
 
 def _manifest_sha(source: Path) -> str | None:
@@ -270,17 +283,14 @@ def _cache_rows(shard: Path, cache: BuildCache) -> list[ShardRow]:
     rows = []
     for n, record in enumerate(_shard_records(shard)):
         try:
-            audio = record.pop("audio")
-            data, path = audio["bytes"], audio["path"]
-            entry = Entry(**record, audio=AudioCell(path=path))
-            if not isinstance(data, bytes) or not data:
-                raise ValueError("the audio cell holds no bytes")
+            cell = read_cell(record.pop("audio"))
+            entry = Entry(**record, audio=AudioCell(path=cell.path))
         except (ValidationError, KeyError, TypeError, ValueError) as exc:
             raise VariantError(
                 f"{shard}: row {n} is not a RedVox row ({_first_line(exc)}); "
                 "download or build the shard again"
             ) from None
-        rows.append(ShardRow(entry, cache.put_blob(data)))
+        rows.append(ShardRow(entry, cache.put_blob(cell.bytes)))
     return rows
 
 

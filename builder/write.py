@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from redvox.schemas import COLUMNS, Entry, release_features
+from redvox.schemas.audio_cell import arrow_type, cell_array
 from redvox.schemas.errors import USER_OS_ERRORS, UserError
 from redvox.schemas.layout import sha256_file
 
@@ -294,20 +295,6 @@ def file_sha256(path: Path) -> str | None:
         return None
 
 
-def recorded_hashes(folder: Path) -> dict[str, str]:
-    """The `files` map (relative path -> sha256) of the set folder's manifest.json
-    (builder/manifest.py MANIFEST); empty when it is missing or unreadable, so that
-    nothing is trusted without a record."""
-    try:
-        manifest = json.loads((Path(folder) / "manifest.json").read_text(encoding="utf-8"))
-        files = manifest["files"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
-        return {}
-    if not isinstance(files, dict):
-        return {}
-    return {k: v for k, v in files.items() if isinstance(k, str) and isinstance(v, str)}
-
-
 def write_shard(
     path: Path,
     rows: Iterable[ShardRow],
@@ -371,10 +358,7 @@ def write_shard(
 
 def _writer_schema() -> pa.Schema:
     base = release_features().arrow_schema
-    audio = pa.struct(
-        [pa.field("bytes", pa.dictionary(pa.int32(), pa.binary())), pa.field("path", pa.string())]
-    )
-    fields = [pa.field("audio", audio) if f.name == "audio" else f for f in base]
+    fields = [pa.field("audio", arrow_type()) if f.name == "audio" else f for f in base]
     return pa.schema(fields)
 
 
@@ -416,18 +400,13 @@ def _row_groups(
 
 def _group_table(group: list[_Values], blobs: dict[str, bytes], schema: pa.Schema) -> pa.Table:
     position = {digest: i for i, digest in enumerate(blobs)}
-    indices = pa.array([position[values[0]] for values in group], pa.int32())
-    audio_bytes = pa.DictionaryArray.from_arrays(
-        indices, pa.array(list(blobs.values()), pa.binary())
-    )
+    indices = [position[values[0]] for values in group]
     columns = {}
     for field in schema:
         at = _AT[field.name]
         cells = [values[at] for values in group]
         if field.name == "audio":
-            columns["audio"] = pa.StructArray.from_arrays(
-                [audio_bytes, pa.array(cells, pa.string())], fields=list(field.type)
-            )
+            columns["audio"] = cell_array(indices, list(blobs.values()), cells)
         else:
             columns[field.name] = pa.array(cells, field.type)
     return pa.Table.from_pydict(columns, schema=schema)

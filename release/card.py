@@ -20,9 +20,11 @@ from typing import Any
 import yaml
 from tabulate import tabulate
 
+from redvox.builder.manifest import BuildManifest, ConsentAudit
 from redvox.builder.versions import DatasetVersion
 from redvox.noise import mixes_speech
 from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
+from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
 from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
@@ -125,7 +127,7 @@ def _info_entry(config: str, stats: Sequence[ShardStats]) -> dict[str, Any]:
 
 
 def card_metadata(
-    manifest: Mapping[str, Any],
+    manifest: BuildManifest,
     repo_id: str,
     shards: Sequence[ShardStats],
     shard_hashes: Mapping[str, str],
@@ -170,21 +172,21 @@ def card_metadata(
         "dataset_info": [_info_entry(ALL_CONFIG, shards)]
         + [_info_entry(s.lang, [s]) for s in shards],
     }
-    if manifest["set"] == PUBLIC:
+    if manifest.dataset_set == PUBLIC:
         meta |= gated_form()
     return meta
 
 
 def provenance(
-    manifest: Mapping[str, Any], repo_id: str, shard_hashes: Mapping[str, str]
+    manifest: BuildManifest, repo_id: str, shard_hashes: Mapping[str, str]
 ) -> dict[str, Any]:
     """What `redvox.json` holds: which build this is and where it goes."""
     return {
-        "version": manifest["version"],
-        "set": manifest["set"],
+        "version": manifest.version,
+        "set": manifest.dataset_set,
         "repo_id": repo_id,
-        "config_hash": manifest["config_hash"],
-        "counts": manifest["counts"],
+        "config_hash": manifest.config_hash,
+        "counts": manifest.counts,
         "shards": dict(sorted(shard_hashes.items())),
     }
 
@@ -340,13 +342,13 @@ def counts_section(
     ).rstrip()
 
 
-def consent_section(audit: Mapping[str, Any]) -> str:
+def consent_section(audit: ConsentAudit) -> str:
     """Counts only: who is in, and how many were left out for which consent state."""
-    people, recordings = audit["participants"], audit["recordings"]
-    rows = [["kept", people["kept"], recordings["kept"]]]
+    people, recordings = audit.participants, audit.recordings
+    rows = [["kept", people.kept, recordings.kept]]
     rows += [
-        [f"excluded: {state.replace('_', ' ')}", n, recordings["excluded"].get(state, 0)]
-        for state, n in people["excluded"].items()
+        [f"excluded: {state.replace('_', ' ')}", n, recordings.excluded.get(state, 0)]
+        for state, n in people.excluded.items()
     ]
     return "\n".join(
         [
@@ -356,7 +358,7 @@ def consent_section(audit: Mapping[str, Any]) -> str:
             "or any withdrawal, excludes a participant. Speakers are identified only by "
             "`user_id`, a keyed HMAC of a private participant key.",
             "",
-            f"Rule for this set: {audit['rule']}.",
+            f"Rule for this set: {audit.rule}.",
             "",
             tabulate(rows, ["participants", "count", "recordings"], "github"),
         ]
@@ -474,8 +476,7 @@ def sample_section(row: Mapping[str, Any] | None) -> str:
     shown = {}
     for name, value in row.items():
         if name == "audio":
-            cell = value or {}
-            size = len(cell.get("bytes") or b"")
+            size = len(cell_bytes(value))
             shown[name] = {"bytes": f"<{size} bytes of 16 kHz mono FLAC>", "path": "<file name>"}
         elif name in SAMPLE_PLACEHOLDERS and value is not None:
             shown[name] = f"<{fields[name].description or name}>" if name in fields else "<…>"
@@ -525,9 +526,9 @@ def reference_results_section(report: Mapping[str, Any] | None) -> str:
     )
 
 
-def conditions_section(version: DatasetVersion, manifest: Mapping[str, Any]) -> str:
+def conditions_section(version: DatasetVersion, manifest: BuildManifest) -> str:
     """Each condition with its declared ranges and, for shared clips, the drawn values."""
-    drawn = {name: clip["params"] for name, clip in manifest.get("shared_clips", {}).items()}
+    drawn = {name: clip["params"] for name, clip in (manifest.shared_clips or {}).items()}
     lines = []
     for cond in version.config.conditions:
         ranges = ", ".join(f"{k} {v}" for k, v in cond.params.items()) or "no parameters"
@@ -754,8 +755,8 @@ def release_notes(versions: Sequence[DatasetVersion]) -> str:
     return "\n\n".join(f"### {v.tag}\n\n{v.release_notes}" for v in ordered)
 
 
-def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synthetic: bool) -> str:
-    counts = manifest["counts"]
+def summary_section(manifest: BuildManifest, speakers: int, total: int, synthetic: bool) -> str:
+    counts = manifest.counts
     per_lang = ", ".join(
         f"{lang} {sum(n for per_audio in counts[lang].values() for n in per_audio.values())}"
         for lang in LANGUAGES
@@ -763,11 +764,11 @@ def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synt
     )
     kind = (
         "the public, gated release"
-        if manifest["set"] == PUBLIC
+        if manifest.dataset_set == PUBLIC
         else "the FULL set, private, for internal evaluation only"
     )
     text = (
-        f"This is version **{manifest['version']}**, {kind}: {total} rows from {speakers} "
+        f"This is version **{manifest.version}**, {kind}: {total} rows from {speakers} "
         f"speakers ({per_lang})."
     )
     if synthetic:
@@ -780,9 +781,9 @@ def summary_section(manifest: Mapping[str, Any], speakers: int, total: int, synt
 
 def card_body(
     version: DatasetVersion,
-    manifest: Mapping[str, Any],
+    manifest: BuildManifest,
     repo_id: str,
-    audit: Mapping[str, Any],
+    audit: ConsentAudit,
     report: Mapping[str, Any] | None,
     earlier: Sequence[DatasetVersion],
     speakers: int,
@@ -795,7 +796,7 @@ def card_body(
 ) -> str:
     total = sum(
         n
-        for per_lang in manifest["counts"].values()
+        for per_lang in manifest.counts.values()
         for per_a in per_lang.values()
         for n in per_a.values()
     )
@@ -813,7 +814,7 @@ def card_body(
         "contract_count": str(len(CONTRACT_COLUMNS)),
         "schema": schema_table(),
         "transcripts": transcripts_section(version),
-        "counts": counts_section(manifest["counts"], [c.name for c in version.config.conditions]),
+        "counts": counts_section(manifest.counts, [c.name for c in version.config.conditions]),
         "consent": consent_section(audit),
         "representativeness": representativeness_section(report),
         "conditions": conditions_section(version, manifest),

@@ -9,12 +9,16 @@ import functools
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from redvox.schemas import InputConfig
 from redvox.schemas.vocab import FULL, PUBLIC, SETS
 from redvox.sources.cli import load_config
+
+if TYPE_CHECKING:
+    from redvox.builder.manifest import BuildManifest
 from redvox.sources.cli_options import (
     DEFAULT_REPO,
     build_config_option,
@@ -46,9 +50,9 @@ def _iso_date(ctx: click.Context, param: click.Parameter, value: str | None) -> 
     return date.isoformat()
 
 
-def _build_manifest(folder: Path) -> dict:
+def _build_manifest(folder: Path) -> BuildManifest:
     """The manifest of a built set; a folder without one is a user error, not a traceback."""
-    from redvox.builder.manifest import MANIFEST, read_manifest
+    from redvox.builder.manifest import MANIFEST, BuildManifest, ManifestError
 
     if not (Path(folder) / MANIFEST).is_file():
         _fail(
@@ -56,9 +60,9 @@ def _build_manifest(folder: Path) -> dict:
             "`redvox build` (OUT/<version>)"
         )
     try:
-        return read_manifest(folder)
-    except ValueError as exc:
-        _fail(f"{folder / MANIFEST}: unreadable build manifest ({exc}); build the version again")
+        return BuildManifest.load(folder)
+    except ManifestError as exc:
+        _fail(str(exc))
 
 
 other_inputs_option = click.option(
@@ -139,7 +143,7 @@ def represent(
         sys.exit(1)
 
 
-def _represented_build(version_dir: Path) -> dict:
+def _represented_build(version_dir: Path) -> BuildManifest:
     """The public manifest of a version folder that holds both sets; one line otherwise."""
     if version_dir.name in SETS and not (version_dir / PUBLIC).is_dir():
         _fail(
@@ -151,7 +155,7 @@ def _represented_build(version_dir: Path) -> dict:
         _fail(
             f"{version_dir}: holds no full set (a folder made by `variants add` holds only the "
             "set it was made from); represent the version it was made from, e.g. "
-            f"{version_dir.parent / manifest['version'].split('+')[0]}"
+            f"{version_dir.parent / manifest.base_version}"
         )
     return manifest
 
@@ -171,7 +175,7 @@ def _represent(
     view = release_consent(config, version_dir)
     for dataset_set in (PUBLIC, FULL):
         refuse_outsiders(version_dir / dataset_set, view, dataset_set)
-    thresholds = get_version(manifest["version"]).config.representativeness
+    thresholds = get_version(manifest.version).config.representativeness
     public = rep.read_metadata(version_dir / PUBLIC)
     full = rep.read_metadata(version_dir / FULL)
     judged = None
@@ -180,7 +184,7 @@ def _represent(
 
         judged = compare_judged_files(judged_public, judged_full, thresholds)
     report = rep.assess(
-        manifest["version"],
+        manifest.version,
         public,
         full,
         thresholds,

@@ -18,7 +18,6 @@ not write: a Hub clone (`.git/`), a user's runs or any unknown file stops it.
 from __future__ import annotations
 
 import hashlib
-import json
 import pprint
 import re
 import shutil
@@ -30,9 +29,10 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from redvox.builder.manifest import read_manifest
+from redvox.builder.manifest import MANIFEST, BuildManifest, ConsentAudit
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
 from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
+from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, sha256_file, shard_glob, shard_paths
 from redvox.schemas.vocab import PUBLIC
@@ -128,16 +128,16 @@ def set_dir(version_dir: Path, dataset_set: str) -> Path:
     return Path(version_dir) / dataset_set
 
 
-def check_shard_hashes(folder: Path, manifest: dict[str, Any]) -> dict[str, str]:
+def check_shard_hashes(folder: Path, manifest: BuildManifest) -> dict[str, str]:
     """sha256 of every shard, checked against the build manifest."""
-    recorded = manifest.get("files", {})
+    recorded = manifest.files
     hashes = {}
     for shard in shard_paths(folder):
         rel = shard.relative_to(folder).as_posix()
         digest = sha256_file(shard)
         if recorded.get(rel) != digest:
             raise StageError(
-                f"{shard}: sha256 differs from {folder / 'manifest.json'} "
+                f"{shard}: sha256 differs from {folder / MANIFEST} "
                 f"({recorded.get(rel, 'not listed')}); the shard changed after the build: rebuild"
             )
         hashes[rel] = digest
@@ -175,7 +175,7 @@ def audio_footprint(shards: list[Path]) -> AudioFootprint:
     for shard in shards:
         distinct: dict[str, int] = {}
         for cell in pq.read_table(shard, columns=["audio"]).column("audio").to_pylist():
-            data = cell["bytes"] or b""
+            data = cell_bytes(cell)
             rows += 1
             row_bytes += len(data)
             distinct.setdefault(hashlib.sha256(data).hexdigest(), len(data))
@@ -261,15 +261,15 @@ def stage_release(
         contact = contact or config.withdrawal_contact
     version_dir, out = Path(version_dir), Path(out)
     folder = set_dir(version_dir, dataset_set)
-    if not (folder / "manifest.json").is_file():
+    if not (folder / MANIFEST).is_file():
         raise StageError(
-            f"{folder}: no build manifest.json; run `redvox build` for this version first "
+            f"{folder}: no build {MANIFEST}; run `redvox build` for this version first "
             "(VERSION_DIR is OUT/<version>)"
         )
-    manifest = read_manifest(folder)
+    manifest = BuildManifest.load(folder)
     view = release_consent(config or InputConfig.load(DEMO_CONFIG), version_dir)
     refuse_outsiders(folder, view, dataset_set)
-    version = version or get_version(manifest["version"])
+    version = version or get_version(manifest.version)
     report = None
     if dataset_set == PUBLIC:
         if not (version_dir / REPORT_JSON).is_file():
@@ -283,7 +283,7 @@ def stage_release(
             # report: its figures would contradict the card's counts.
             raise StageError(
                 f"{version_dir / REPORT_JSON}: representativeness report is for another build "
-                f"of {manifest['version']}; run `redvox release represent` again "
+                f"of {manifest.version}; run `redvox release represent` again "
                 f"(on {version_dir})"
             )
         if not releasable(report):
@@ -295,7 +295,7 @@ def stage_release(
     hashes = check_shard_hashes(folder, manifest)
     stats = shard_stats(folder)
     meta_columns = read_columns(folder, ["mother_tongue", *STAT_COLUMNS])
-    audit = json.loads((folder / "consent_audit.json").read_text(encoding="utf-8"))
+    audit = ConsentAudit.load(folder)
     body = card_body(
         version,
         manifest,

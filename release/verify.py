@@ -18,7 +18,6 @@ Arrow batches.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import re
 import shutil
@@ -30,7 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from redvox.builder.manifest import MANIFEST, BuildManifest
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
+from redvox.schemas.audio_cell import column_bytes, decode_fully
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
 from redvox.schemas.vocab import FULL, PUBLIC
 
@@ -599,9 +600,7 @@ def check_audio(ds, workers: int = VERIFY_WORKERS) -> tuple[int, list[Problem]]:
         for batch in _batches(ds, ["ID", "lang", "duration_s", "audio"]):
             ids, langs = batch.column("ID").to_pylist(), batch.column("lang").to_pylist()
             durations = batch.column("duration_s").to_pylist()
-            chunks = batch.column("audio").chunks
-            cells = [data for c in chunks for data in c.field("bytes").to_pylist()]
-            del chunks
+            cells = column_bytes(batch.column("audio"))
             for j, data in enumerate(cells):
                 data = data or b""
                 digest = hashlib.sha256(data).hexdigest()
@@ -697,7 +696,7 @@ class _TorchcodecChild:
 def _decode_soundfile(data: bytes):
     """(shape, damage) of one clip decoded by soundfile, or the exception it raised."""
     try:
-        return decode_flac_fully(data)
+        return decode_fully(data)
     except Exception as exc:  # noqa: BLE001 - a broken cell, whatever the codec says
         return exc
 
@@ -725,36 +724,6 @@ def _judge_clip(where: str, via_torchcodec, outcome) -> tuple[int, list[Problem]
             Problem("audio", f"{where}: {channels} channels at {rate} Hz, expected mono 16 kHz")
         )
     return frames, problems
-
-
-def decode_flac_fully(data: bytes) -> tuple[tuple[int, int, int], str | None]:
-    """(channels, sample rate, frames) of FLAC bytes decoded to the last sample, and what
-    is wrong with them (None: nothing): fewer frames than the header announces, or
-    samples that differ from the MD5 in STREAMINFO. soundfile raises on a frame
-    whose CRC does not match."""
-    import soundfile as sf
-
-    info = sf.info(io.BytesIO(data))
-    samples, _ = sf.read(io.BytesIO(data), dtype="int16", always_2d=True)
-    shape = (info.channels, info.samplerate, len(samples))
-    if len(samples) != info.frames:
-        return shape, f"short read: {len(samples)} of the {info.frames} frames the header announces"
-    md5, bits = _streaminfo_md5(data)
-    decoded = hashlib.md5(samples.astype("<i2").tobytes(), usedforsecurity=False).digest()
-    if md5 and bits == 16 and decoded != md5:
-        return shape, "decoded samples differ from the MD5 in the FLAC header (damaged audio)"
-    return shape, None
-
-
-def _streaminfo_md5(data: bytes) -> tuple[bytes | None, int]:
-    """The MD5 of the unencoded samples and the bits per sample from a FLAC STREAMINFO
-    block; (None, 0) when absent or all zero (the encoder did not compute it)."""
-    if data[:4] != b"fLaC" or len(data) < 42 or data[4] & 0x7F != 0:
-        return None, 0
-    info = data[8:42]  # the 34 bytes of STREAMINFO, right after its block header
-    bits = (((info[12] & 0x01) << 4) | (info[13] >> 4)) + 1
-    md5 = info[18:34]
-    return (md5 if any(md5) else None), bits
 
 
 def check_target_visibility(provenance: dict[str, Any], repo_id: str | None, api) -> list[Problem]:
@@ -796,7 +765,7 @@ def verify_staged(
     config: InputConfig,
     repo_id: str | None = None,
     api=None,
-    manifest: dict[str, Any] | None = None,
+    manifest: BuildManifest | None = None,
     build: Path | None = None,
     echo: Callable[[str], None] = lambda _: None,
 ) -> VerificationResult:
@@ -826,9 +795,9 @@ def verify_staged(
     problems += check_text_files(staged, registry, local)
     counts = shard_counts(staged)
     problems += check_card(staged, counts)
-    if manifest is not None and manifest.get("counts") is not None:
+    if manifest is not None:
         problems += _check_provenance_counts(
-            Path(f"{manifest.get('set')}/manifest.json"), manifest["counts"], counts
+            Path(manifest.dataset_set) / MANIFEST, manifest.counts, counts
         )
     cache = Path(tempfile.mkdtemp(prefix="redvox-verify-"))
     try:

@@ -1,12 +1,11 @@
 """Pydantic models: the single definition of every record and of the Hub features."""
 
+from .audio_cell import SAMPLE_RATE, AudioCell
 from .config import DEMO_CONFIG, ConfigError, InputConfig, ItemSelection
 from .entry import (
     COLUMNS,
     CONTRACT_COLUMNS,
     EXTRA_COLUMNS,
-    SAMPLE_RATE,
-    AudioCell,
     Entry,
     column_dtypes,
     entry_key,

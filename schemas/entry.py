@@ -6,7 +6,6 @@ Column names and meanings of the contract columns are a compatibility promise
 
 from __future__ import annotations
 
-import builtins
 import types
 import typing
 from functools import cache
@@ -14,17 +13,8 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .audio_cell import SAMPLE_RATE, AudioCell
 from .vocab import ATTACK_TYPE, AgeGroup, Gender, Lang, Modality, VulnerabilityType
-
-SAMPLE_RATE = 16_000
-
-
-class AudioCell(BaseModel):
-    """An audio value as `datasets` stores it: encoded bytes plus a relative name."""
-
-    model_config = ConfigDict(frozen=True)
-    bytes: builtins.bytes | None = None
-    path: str | None = None
 
 
 class _AudioFeature:

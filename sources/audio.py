@@ -19,7 +19,6 @@ quarantine line), never a traceback nor unbounded memory:
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
@@ -36,6 +35,8 @@ import soxr
 from audioread.ffdec import FFmpegAudioFile
 
 from redvox.schemas import SAMPLE_RATE
+from redvox.schemas.audio_cell import encode_flac as encode_flac  # the codec's, re-exported
+from redvox.schemas.audio_cell import flac_samples as flac_samples
 from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE, AudioLimits
 from redvox.schemas.errors import UserError
 
@@ -399,38 +400,6 @@ def _read_with_ffmpeg(path: Path, sample_rate: int, limits: AudioLimits) -> Deco
 def _pcm_frames(pcm: bytes | bytearray, channels: int) -> np.ndarray:
     ints = np.frombuffer(bytes(pcm), dtype="<i2")
     return (ints.astype(np.float32) / 32768.0).reshape(-1, channels)
-
-
-def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
-    """16-bit PCM FLAC of mono `samples`; the same samples always give the same bytes."""
-    mono = np.asarray(samples, dtype=np.float32)
-    if mono.ndim != 1:
-        raise ValueError(
-            f"encode_flac takes mono samples (a 1-D array), got shape {mono.shape}; "
-            "average the channels first"
-        )
-    if not np.isfinite(mono).all():
-        raise ValueError(
-            "encode_flac got non-finite samples (NaN/inf); decode_audio refuses such "
-            "recordings, so these samples come from elsewhere"
-        )
-    buffer = io.BytesIO()
-    # libsndfile wraps around instead of saturating above full scale. Clipped block by
-    # block, so a long recording is not copied whole (the bytes are those of one write).
-    with sf.SoundFile(buffer, "w", sample_rate, 1, format="FLAC", subtype="PCM_16") as out:
-        for start in range(0, len(mono), BLOCK_FRAMES):
-            out.write(np.clip(mono[start : start + BLOCK_FRAMES], -1.0, 1.0))
-    return buffer.getvalue()
-
-
-def flac_samples(data: bytes) -> np.ndarray:
-    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
-    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
-    if rate != SAMPLE_RATE or samples.ndim != 1:
-        raise ValueError(
-            f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"
-        )
-    return samples
 
 
 def audio_problems(decoded: DecodedAudio, *, max_clipped_fraction: float = 0.01) -> list[str]:

@@ -89,9 +89,9 @@ def test_audit_accounts_for_every_participant_and_recording(registry, built):
     per_participant = {k: sum(r.participant_key == k for r in built) for k in states}
     for dataset_set in ("full", "public"):
         audit = consent_audit(states, per_participant, dataset_set)
-        people = audit["participants"]
-        assert people["kept"] + sum(people["excluded"].values()) == len(states)
-        recs = audit["recordings"]
-        assert recs["kept"] == len(rows_for_set(built, states, dataset_set))
-        assert recs["kept"] + sum(recs["excluded"].values()) == len(built)
+        people = audit.participants
+        assert people.kept + sum(people.excluded.values()) == len(states)
+        recs = audit.recordings
+        assert recs.kept == len(rows_for_set(built, states, dataset_set))
+        assert recs.kept + sum(recs.excluded.values()) == len(built)
         assert not any(key in str(audit) for key in KEYS), "the audit must not name anyone"

@@ -203,7 +203,7 @@ def test_decoded_samples_that_differ_from_the_header_md5_are_caught():
     import numpy as np
     import soundfile as sf
 
-    from redvox.release.verify import decode_flac_fully
+    from redvox.schemas.audio_cell import decode_fully as decode_flac_fully
 
     buffer = io.BytesIO()
     sf.write(buffer, np.linspace(-0.5, 0.5, 16000, dtype=np.float32), 16000, format="FLAC")

@@ -271,7 +271,7 @@ def test_cancel_a_queued_job(make_service):
     assert answer.status_code == 202 and answer.json()["status"] == "cancelled"
     assert client.delete(f"/jobs/{first}").json()["status"] == "cancelled"  # queued or starting
     assert all(gone(pid) for pid in service.groups(first))
-    assert service.store.job(second)["started"] is None
+    assert service.store.job(second).started is None
 
 
 def test_job_timeout(make_service):
@@ -301,7 +301,7 @@ def test_restart_fails_running_jobs_and_resumes_queued(make_service, tmp_path):
     store = Store(state)
     running = store.submit("lee", MODEL, "main", {})
     queued = store.submit("lee", MODEL, "main", {})
-    assert store.claim(0)["id"] == running  # as if a previous service died mid-job
+    assert store.claim(0).id == running  # as if a previous service died mid-job
     failing = f"{sys.executable} -c 'import sys; sys.exit(4)' {{model}} {{port}}"
     service = make_service(template=failing, state=state)
     client = service.client("lee")
@@ -401,7 +401,7 @@ def test_the_command_line_service_recovers_from_a_crash(demo_release, judge, tmp
         wait_answering(work)
         store = Store(tmp_path / "srv")
         groups = [p["pid"] for p in store.processes(job_id)]
-        assert store.job(job_id)["status"] == "running" and groups
+        assert store.job(job_id).status == "running" and groups
         inside = processes_with(f"{tmp_path}/tests/model_server.py")
         assert inside  # the model, as the host sees it
         service.proc.kill()

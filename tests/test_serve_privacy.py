@@ -143,7 +143,7 @@ def test_differencing_gives_noise_and_the_budget_refuses_once_spent(
         results.append(client.get(f"/jobs/{job_id}/result").json())
     again = client.post("/jobs", json={"model": MODEL})
     assert again.status_code == 403 and "spent epsilon 20 of 20;" in again.json()["error"]
-    assert [j["id"] for j in service.store.jobs_of("olive")] == ids  # refused: never queued
+    assert [j.id for j in service.store.jobs_of("olive")] == ids  # refused: never queued
     refusals = [a for a in service.store.audit_log() if a["action"] == "job refused"]
     assert [(a["user"], a["detail"]) for a in refusals] == [("olive", "privacy budget")] * 2
     # a job that got past the submission check (two submissions at once) still cannot

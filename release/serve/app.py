@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from . import privacy, validate
 from .runner import Runner
-from .store import FINAL, AuthError, Store
+from .store import FINAL, AuthError, Job, Store
 
 MAX_BODY = 16 * 1024
 FIELDS = ("model", "revision", "serving_args")
@@ -28,8 +28,9 @@ def error(status: int, message: str, **headers) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status, headers=headers or None)
 
 
-def public_job(job: dict) -> dict:
-    return {k: job[k] for k in PUBLIC_JOB}
+def public_job(job: Job) -> dict:
+    """The job as its user sees it (the HTTP JSON), in PUBLIC_JOB's order."""
+    return {k: getattr(job, k) for k in PUBLIC_JOB}
 
 
 async def limited_body(request: Request) -> bytes | None:
@@ -118,9 +119,9 @@ def create_app(store: Store, runner: Runner) -> Starlette:
         job = store.job(request.path_params["job_id"], user)
         if job is None:
             return error(404, "no such job")
-        if job["status"] != "done":
-            return error(409, f"job is {job['status']}: no result")
-        path = config.results / f"{job['id']}.json"
+        if job.status != "done":
+            return error(409, f"job is {job.status}: no result")
+        path = config.results / f"{job.id}.json"
         return Response(path.read_bytes(), media_type="application/json")
 
     async def cancel(request: Request, user: str) -> Response:
@@ -128,18 +129,18 @@ def create_app(store: Store, runner: Runner) -> Starlette:
         job = store.job(job_id, user)
         if job is None:
             return error(404, "no such job")
-        if job["status"] in FINAL:
-            return error(409, f"job is {job['status']}: nothing to cancel")
+        if job.status in FINAL:
+            return error(409, f"job is {job.status}: nothing to cancel")
         if not store.cancel_queued(job_id):
             runner.cancel(job_id)
             for _ in range(120):  # the runner stops the model and evaluator (seconds)
-                if store.job(job_id)["status"] in FINAL:
+                if store.job(job_id).status in FINAL:
                     break
                 await asyncio.sleep(0.25)
         job = store.job(job_id)
-        if job["status"] == "cancelled" and job["started"] is None:
+        if job.status == "cancelled" and job.started is None:
             store.audit(user, "job ended", job=job, build_sha256=runner.build_sha256,
-                        outcome="cancelled", detail=job["reason"])  # fmt: skip
+                        outcome="cancelled", detail=job.reason)  # fmt: skip
         return JSONResponse(public_job(job), status_code=202)
 
     async def healthz(request: Request) -> Response:

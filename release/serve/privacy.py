@@ -94,7 +94,7 @@ def bits_through_noise(rows: int, scale: float) -> float:
 
 def pending_jobs(store, user: str) -> int:
     """Jobs of USER queued or running: each may spend a job's epsilon when it ends."""
-    return sum(1 for job in store.jobs_of(user) if job["status"] in ("queued", "running"))
+    return sum(1 for job in store.jobs_of(user) if job.status in ("queued", "running"))
 
 
 def budget_refusal(store, user: str, epsilon: float, budget: float) -> str | None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from redvox.builder.manifest import MANIFEST, BuildManifest
 from redvox.release.evaluation.redvox_eval.intervals import Bootstrap
 from redvox.release.evaluation.redvox_eval.judge_outputs import default_tag
 from redvox.schemas.layout import sha256_file
@@ -37,7 +38,7 @@ from .sandbox import (
     SLOT_SECONDS_PER_DAY,
     UNSANDBOXED,
 )
-from .store import Store
+from .store import Job, Store
 from .validate import DEFAULT_ALLOWED_ARGS, Template
 
 log = logging.getLogger("redvox.serve")
@@ -160,10 +161,11 @@ class Runner:
     def __init__(self, config: Config, store: Store):
         self.config, self.store = config, store
         for side in (config.full, config.public):
-            if not (side / "manifest.json").is_file() or not (side / "data").is_dir():
-                raise ValueError(f"{side}: not a build (expected manifest.json and data/)")
-        self.build_sha256 = sha256_file(config.full / "manifest.json")
-        self.public_sha256 = sha256_file(config.public / "manifest.json")
+            if not (side / MANIFEST).is_file() or not (side / "data").is_dir():
+                raise ValueError(f"{side}: not a build (expected {MANIFEST} and data/)")
+            BuildManifest.load(side)  # a ManifestError names the file and the field
+        self.build_sha256 = sha256_file(config.full / MANIFEST)
+        self.public_sha256 = sha256_file(config.public / MANIFEST)
         self.public_keys = aggregate.entry_keys(config.public)
         for folder in (config.results, config.work, config.logs):
             jobfiles.private_dir(folder)
@@ -184,7 +186,7 @@ class Runner:
         for job in self.store.interrupted():
             self._kill_leftover(job)
             self.store.audit(
-                job["user"], "job ended", job=job, build_sha256=self.build_sha256,
+                job.user, "job ended", job=job, build_sha256=self.build_sha256,
                 outcome="failed", detail="service restarted",
             )  # fmt: skip
         if not self.config.keep_work:  # nothing runs yet: any per-row file is a leftover
@@ -205,12 +207,12 @@ class Runner:
         for thread in self.threads:
             thread.join(timeout=60)
 
-    def _kill_leftover(self, job: dict) -> None:
+    def _kill_leftover(self, job: Job) -> None:
         """Every process group of a job the last service process left running, each only
         if its leader still has the recorded start time (pids are reused)."""
-        for process in self.store.processes(job["id"]):
+        for process in self.store.processes(job.id):
             if sandbox.kill_group(process["pid"], process["start"]):
-                self.note(job["id"], f"ended the {process['role']} group {process['pid']}")
+                self.note(job.id, f"ended the {process['role']} group {process['pid']}")
 
     def cancel(self, job_id: str) -> bool:
         """Asks a running job to stop; False when it is not running here."""
@@ -218,7 +220,7 @@ class Runner:
             event = self.cancels.get(job_id)
             if event is None:
                 job = self.store.job(job_id)
-                if job is None or job["status"] != "running":
+                if job is None or job.status != "running":
                     return False
                 # claimed by a slot that has not registered it yet: it will see this
                 event = self.cancels[job_id] = threading.Event()
@@ -232,14 +234,14 @@ class Runner:
                 self.stopping.wait(POLL_S)
                 continue
             with self.lock:
-                self.cancels.setdefault(job["id"], threading.Event())
-                self.running.add(job["id"])
+                self.cancels.setdefault(job.id, threading.Event())
+                self.running.add(job.id)
             try:
                 self.run_job(job, slot)
             finally:
                 with self.lock:
-                    self.running.discard(job["id"])
-                    self.cancels.pop(job["id"], None)
+                    self.running.discard(job.id)
+                    self.cancels.pop(job.id, None)
 
     # --- one job -------------------------------------------------------------------------
 
@@ -251,24 +253,24 @@ class Runner:
         if time.monotonic() > deadline:
             raise JobEnd("failed", "timeout")
 
-    def _time_left(self, job: dict) -> float:
+    def _time_left(self, job: Job) -> float:
         """The job timeout, or less: what is left of its user's slot time today."""
         now = time.time()
-        used = self.store.slot_seconds_since(job["user"], now - 86400, now)
+        used = self.store.slot_seconds_since(job.user, now - 86400, now)
         return min(self.config.job_timeout_s, self.config.slot_seconds_per_day - used)
 
-    def run_job(self, job: dict, slot: int) -> None:
+    def run_job(self, job: Job, slot: int) -> None:
         config = self.config
-        work = jobfiles.private_dir(config.work / job["id"])
-        journal = config.logs / f"{job['id']}.log"
+        work = jobfiles.private_dir(config.work / job.id)
+        journal = config.logs / f"{job.id}.log"
         deadline = time.monotonic() + self._time_left(job)
         self.store.audit(
-            job["user"], "job started", job=job, build_sha256=self.build_sha256,
+            job.user, "job started", job=job, build_sha256=self.build_sha256,
             detail=f"slot {slot}" + (" UNSANDBOXED" if config.unsandboxed_dev else ""),
         )  # fmt: skip
         status, reason, detail = "failed", "evaluation failed", "internal error"
         try:
-            self._check(job["id"], deadline)
+            self._check(job.id, deadline)
             jobfiles.export_input(config.full, work / "input")
             output = jobfiles.private_dir(work / "output")
             self._sandboxed(job, slot, work, output, journal, deadline)
@@ -280,45 +282,45 @@ class Runner:
                 else {"isolated": True, "tool": "bubblewrap", "network": "own loopback only"}
             )
             write_private(
-                config.results / f"{job['id']}.json",
+                config.results / f"{job.id}.json",
                 json.dumps(result, indent=2, sort_keys=True),
             )
             status, reason, detail = "done", None, None
         except JobEnd as end:
             status, reason, detail = end.status, end.reason, end.detail
         except Exception:
-            self.note(job["id"], f"internal error, see {journal}", logging.ERROR)
+            self.note(job.id, f"internal error, see {journal}", logging.ERROR)
             append(journal, traceback.format_exc().encode())
         finally:
             self._kill_leftover(job)
             if not config.keep_work:
                 shutil.rmtree(work, ignore_errors=True)
-        self.note(job["id"], f"{status}" + (f": {detail}" if detail else ""))
+        self.note(job.id, f"{status}" + (f": {detail}" if detail else ""))
         if reason != "cancelled" and self._hold(job):
             status, reason, detail = "cancelled", "cancelled", f"cancelled while held ({detail})"
-            (config.results / f"{job['id']}.json").unlink(missing_ok=True)
-        if self.store.finish(job["id"], status, reason):
+            (config.results / f"{job.id}.json").unlink(missing_ok=True)
+        if self.store.finish(job.id, status, reason):
             self.store.audit(
-                job["user"], "job ended", job=job, build_sha256=self.build_sha256,
+                job.user, "job ended", job=job, build_sha256=self.build_sha256,
                 outcome=status, detail=detail,
             )  # fmt: skip
 
-    def _hold(self, job: dict) -> bool:
+    def _hold(self, job: Job) -> bool:
         """Keeps an ended job running, its slot held, up to the next multiple of
         release_quantum_s after its start: when a job ends (and when the next one starts)
         says nothing finer of what its model did. True when its user cancelled it then."""
         quantum = self.config.release_quantum_s
         if quantum <= 0:
             return False
-        spent = time.time() - job["started"]
-        release = job["started"] + max(1, math.ceil(spent / quantum)) * quantum
-        event = self.cancels[job["id"]]
+        spent = time.time() - job.started
+        release = job.started + max(1, math.ceil(spent / quantum)) * quantum
+        event = self.cancels[job.id]
         while (left := release - time.time()) > 0:
             if event.wait(min(left, 1.0)):
                 return not self.stopping.is_set()
         return False
 
-    def _spawn(self, job: dict, role: str, argv: list[str], journal: Path, **popen):
+    def _spawn(self, job: Job, role: str, argv: list[str], journal: Path, **popen):
         """ARGV in a session of its own (SIGKILLed if the service dies), its output into the
         capped journal, its group recorded; (process, log)."""
         capped = sandbox.CappedLog(journal)
@@ -332,7 +334,7 @@ class Runner:
             capped.started()
         start = sandbox.start_time(proc.pid)
         if start is not None:
-            self.store.track_process(job["id"], role, proc.pid, start)
+            self.store.track_process(job.id, role, proc.pid, start)
         return proc, capped
 
     def _end(self, proc, capped, journal: Path, role: str) -> None:
@@ -346,8 +348,8 @@ class Runner:
         config = self.config
         port = free_port()
         model_argv = config.template.argv(
-            model=job["model"], revision=job["revision"], port=port, slot=slot,
-            args=job["serving_args"],
+            model=job.model, revision=job.revision, port=port, slot=slot,
+            args=job.serving_args,
         )  # fmt: skip
         dev = config.unsandboxed_dev
         input_dir, output_dir = (work / "input", output) if dev else (sandbox.INPUT, sandbox.OUTPUT)
@@ -355,7 +357,7 @@ class Runner:
             "model": model_argv, "port": port,
             "health_timeout_s": min(config.health_timeout_s, deadline - time.monotonic()),
             "infer": [
-                "--dataset", str(input_dir), "--model", job["model"], "--name", jobfiles.NAME,
+                "--dataset", str(input_dir), "--model", job.model, "--name", jobfiles.NAME,
                 "--endpoint", f"http://127.0.0.1:{port}/v1", "--out", str(output_dir),
                 "--concurrency", str(config.concurrency), *config.infer_options,
             ],
@@ -371,7 +373,7 @@ class Runner:
         try:
             ticks = 0
             while (code := proc.poll()) is None:
-                self._check(job["id"], deadline)
+                self._check(job.id, deadline)
                 ticks += 1
                 if ticks % 4 == 0:
                     size, entries = jobfiles.output_size(output)
@@ -399,7 +401,7 @@ class Runner:
         judge_host = urlsplit(config.judge_endpoint).hostname or "127.0.0.1"
         argv = [
             sys.executable, "-P", "-m", "redvox.release.serve.guard",
-            "--connect-log", str(config.logs / f"{job['id']}.connections.jsonl"),
+            "--connect-log", str(config.logs / f"{job.id}.connections.jsonl"),
             "--allow", judge_host, "--",
             "judge", str(work / "run" / "outputs"), "--out", str(work / "run" / "judged"),
             "--base-url", config.judge_endpoint, "--model", config.judge_model,
@@ -411,7 +413,7 @@ class Runner:
         proc, judged = self._spawn(job, "judge", argv, work / "harness.log", cwd=work, env=env)
         try:
             while (code := proc.poll()) is None:
-                self._check(job["id"], deadline)
+                self._check(job.id, deadline)
                 time.sleep(POLL_S)
         finally:
             self._end(proc, judged, journal, "judge")
@@ -419,7 +421,7 @@ class Runner:
         if code != 0:
             raise JobEnd("failed", "evaluation failed", f"judge exit status {code}")
 
-    def _result(self, job: dict, work: Path) -> dict:
+    def _result(self, job: Job, work: Path) -> dict:
         config = self.config
         tag = default_tag(config.judge_model)
         usage = None
@@ -431,7 +433,7 @@ class Runner:
             usage["price_per_1k_tokens"] = config.judge_price_per_1k
         # the judge's calls and tokens follow the answers on withheld rows too (a model can
         # answer at a length of its choosing): the maintainers' log only, never the result
-        log.info("job %s: judge usage %s", job["id"], json.dumps(usage))
+        log.info("job %s: judge usage %s", job.id, json.dumps(usage))
         tables, counts, accounting = aggregate.tables(
             work / "run" / "judged", tag, self.public_keys, min_cell=config.min_cell,
             min_speakers=config.min_speakers, boot=Bootstrap(0, config.resamples),
@@ -440,7 +442,7 @@ class Runner:
         )  # fmt: skip
         # spent in the same transaction as the check, before the result exists anywhere
         spent = self.store.spend_epsilon(
-            job["user"], job["id"], accounting["epsilon_job"], config.epsilon_budget
+            job.user, job.id, accounting["epsilon_job"], config.epsilon_budget
         )
         if spent is None:
             raise JobEnd("failed", "privacy budget spent")  # no result was released
@@ -448,8 +450,8 @@ class Runner:
                           epsilon_left=max(config.epsilon_budget - spent, 0.0))  # fmt: skip
         return {
             "job": {
-                "id": job["id"], "model": job["model"], "revision": job["revision"],
-                "serving_args": job["serving_args"],
+                "id": job.id, "model": job.model, "revision": job.revision,
+                "serving_args": job.serving_args,
             },
             "build": {
                 "version": config.build.name, "full_manifest_sha256": self.build_sha256,

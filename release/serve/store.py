@@ -13,8 +13,9 @@ import threading
 import time
 import uuid
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS tokens (
@@ -76,6 +77,37 @@ REASONS = ("model did not become healthy", "model exited", "evaluation failed", 
 
 class AuthError(Exception):
     """A token that does not authenticate (HTTP 401)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One row of the `jobs` table, `serving_args` decoded."""
+
+    id: str
+    user: str
+    model: str
+    revision: str
+    serving_args: dict[str, Any]
+    status: str  # queued, running, or one of FINAL
+    reason: str | None  # one of REASONS once failed or cancelled
+    created: float
+    started: float | None
+    finished: float | None
+    slot: int | None
+    model_pid: int | None
+    model_cmdline: str | None
+    harness_pid: int | None
+    harness_cmdline: str | None
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Job:
+        """The job of a `SELECT * FROM jobs` row; a column this record does not know (a
+        newer schema) is a TypeError rather than dropped."""
+        values = dict(row)
+        names = {f.name for f in fields(cls)}
+        if set(values) != names:
+            raise TypeError(f"jobs table columns {sorted(values)} are not {sorted(names)}")
+        return cls(**{**values, "serving_args": json.loads(values["serving_args"])})
 
 
 @dataclass(frozen=True)
@@ -197,24 +229,22 @@ class Store:
             )
         return job_id
 
-    def job(self, job_id: str, user: str | None = None) -> dict | None:
+    def job(self, job_id: str, user: str | None = None) -> Job | None:
         """The job; None when it does not exist or belongs to another user."""
         with self._tx() as db:
             row = db.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         if row is None or (user is not None and row["user"] != user):
             return None
-        job = dict(row)
-        job["serving_args"] = json.loads(job["serving_args"])
-        return job
+        return Job.from_row(row)
 
-    def jobs_of(self, user: str) -> list[dict]:
+    def jobs_of(self, user: str) -> list[Job]:
         with self._tx() as db:
             rows = db.execute(
                 "SELECT id FROM jobs WHERE user = ? ORDER BY created", (user,)
             ).fetchall()
         return [self.job(row["id"]) for row in rows]
 
-    def claim(self, slot: int) -> dict | None:
+    def claim(self, slot: int) -> Job | None:
         """The oldest queued job, now running on SLOT; None when the queue is empty."""
         with self._tx() as db:
             row = db.execute(
@@ -263,10 +293,12 @@ class Store:
                 == 1
             )
 
-    def interrupted(self) -> list[dict]:
-        """Jobs left running by a previous service process, now failed."""
+    def interrupted(self) -> list[Job]:
+        """Jobs left running by a previous service process (as they were), now failed."""
         with self._tx() as db:
-            rows = [dict(r) for r in db.execute("SELECT * FROM jobs WHERE status = 'running'")]
+            rows = [
+                Job.from_row(r) for r in db.execute("SELECT * FROM jobs WHERE status = 'running'")
+            ]
             db.execute(
                 "UPDATE jobs SET status = 'failed', reason = 'cancelled', finished = ? "
                 "WHERE status = 'running'",
@@ -281,7 +313,7 @@ class Store:
         user: str | None,
         action: str,
         *,
-        job: dict | None = None,
+        job: Job | None = None,
         build_sha256: str | None = None,
         outcome: str | None = None,
         detail: str | None = None,
@@ -294,9 +326,9 @@ class Store:
                     time.time(),
                     user,
                     action,
-                    job and job["id"],
-                    job and job["model"],
-                    job and job["revision"],
+                    job and job.id,
+                    job and job.model,
+                    job and job.revision,
                     build_sha256,
                     outcome,
                     detail,

@@ -430,7 +430,7 @@ class ModelClient:
         started = time.monotonic()
         try:
             reply = self.transport.post(replica.url, payload)
-        except DeadlineExceeded:
+        except (DeadlineExceeded, httpx.TimeoutException):  # our deadline or httpx's own
             problem = f"{replica.host}: no complete answer within --timeout {self.timeout_s:g} s"
             return None, problem, "failed", wait_s
         except httpx.TransportError as exc:

@@ -38,7 +38,9 @@ class ConsentView:
     states: dict[str, ConsentState]  # user_id -> state
 
     def allowed(self, dataset_set: str) -> frozenset[str]:
-        return frozenset(uid for uid, state in self.states.items() if state.allows(dataset_set))
+        from redvox.builder.consent import admitted_keys
+
+        return frozenset(admitted_keys(self.states, dataset_set))  # keyed by user_id here
 
     def why_not(self, user_id: str) -> str:
         state = self.states.get(user_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import time
@@ -12,6 +11,7 @@ from urllib.parse import urlsplit
 
 import click
 
+from .guard import is_loopback
 from .sandbox import (
     HEALTH_TIMEOUT_S,
     JOB_TIMEOUT_S,
@@ -41,13 +41,6 @@ def build_service(config):
     store = Store(config.state)
     runner = Runner(config, store)
     return store, runner, create_app(store, runner)
-
-
-def is_loopback(host: str) -> bool:
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return host == "localhost"
 
 
 def log_config(flag: str) -> dict:

@@ -13,6 +13,14 @@ import sys
 import threading
 
 
+def is_loopback(host: str) -> bool:
+    """Whether HOST (an address, bracketed or with a zone, or `localhost`) is loopback."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%")[0]).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
 def allowed_addresses(hosts: list[str]) -> set[str]:
     addresses = set()
     for host in hosts:
@@ -34,11 +42,7 @@ def install(log_path: str, hosts: list[str]) -> None:
         if not isinstance(address, tuple):  # a Unix socket: local by definition
             return
         host = str(address[0])
-        try:
-            loopback = ipaddress.ip_address(host.split("%")[0]).is_loopback
-        except ValueError:
-            loopback = False
-        ok = loopback or host in allowed
+        ok = is_loopback(host) or host in allowed
         with lock:
             log.write(json.dumps({"host": host, "port": address[1], "allowed": ok}) + "\n")
             log.flush()

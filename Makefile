@@ -51,7 +51,7 @@ system-deps:
 	command -v bwrap >/dev/null || { echo "bubblewrap is missing: run 'sudo apt-get install bubblewrap' (redvox serve sandboxes each model with it)" >&2; exit 1; }
 
 test: venv ## run the test suite (TEST_WORKERS processes, default 2; a test file stays in one)
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15 --durations-min=10
 
 lint: venv ## ruff check and format check
 	$(BIN)/ruff check .

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from hub_server import HubServer
 from huggingface_hub import HfApi
 
-from redvox.release import push as push_module
+from redvox.release.hub import push as push_module
 from redvox.release.hub.card import read_card, render_card
 from redvox.release.hub.push import PushError, Retry, plan_push, push_release, use_request_timeout
 

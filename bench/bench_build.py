@@ -104,7 +104,7 @@ def run_stage(config: Path, out: Path) -> dict:
     from click.testing import CliRunner
 
     from redvox.builder.cli import main
-    from redvox.release.stage import stage_release
+    from redvox.release.hub.stage import stage_release
     from redvox.schemas import InputConfig
 
     version_dir = out / "1.0.0"
@@ -135,7 +135,7 @@ def run_stage(config: Path, out: Path) -> dict:
 
 def run_verify(config: Path, out: Path) -> dict:
     """`verify_staged` on OUT/1.0.0/staged, as `redvox release verify` runs it."""
-    from redvox.release.verify import VERIFY_WORKERS, verify_staged
+    from redvox.release.hub.verify import VERIFY_WORKERS, verify_staged
     from redvox.schemas import InputConfig
 
     start = time.perf_counter()

@@ -14,7 +14,7 @@ COMMANDS: dict[str, str] = {
     "build": "redvox.builder.build_cli:build",
     "variants": "redvox.builder.build_cli:variants",
     "evaluate": "redvox.release.evaluation.evaluate:cli",
-    "release": "redvox.release.cli:release",
+    "release": "redvox.release.hub.cli:release",
     "serve": "redvox.release.serve.cli:serve",
 }
 

@@ -1,10 +1,10 @@
 """The command-line options several `redvox` commands share, each defined once here.
 
 Imported by sources/cli.py (`redvox sources`), builder/build_cli.py (`redvox build`)
-and release/cli.py (`redvox release`): it lives in sources/, the lowest layer with a
+and release/hub/cli.py (`redvox release`): it lives in sources/, the lowest layer with a
 command line, so that none of them imports upwards. Only click and the set names are imported,
 so a command that uses them stays fast to start. The standalone evaluator
-(release/evaluation/) and the Hub loading script (release/templates/) run without
+(release/evaluation/) and the Hub loading script (release/hub/templates/) run without
 redvox and keep their own copy of the default repo id.
 """
 
@@ -36,7 +36,7 @@ config_option = click.option(
 )
 # `--config`, flavour 2: the input config an existing build was run with, the embedded
 # demo corpus when not given; its inputs are checked against the hashes the build
-# recorded (release/cli.py _inputs_of).
+# recorded (release/hub/cli.py _inputs_of).
 build_config_option = click.option(
     "--config",
     "config_path",

@@ -20,7 +20,7 @@ from test_user_errors import one_line_error
 from redvox.builder import write
 from redvox.builder.cli import main
 from redvox.builder.pseudonym import KEY_ENV
-from redvox.release.withdraw import record_withdrawal
+from redvox.release.hub.withdraw import record_withdrawal
 from redvox.schemas import DEMO_CONFIG
 
 HOLD = (

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from test_release_stage import staged_v1_1  # noqa: F401 (a fixture)
 
-from redvox.release.card import (
+from redvox.release.hub.card import (
     ARXIV_ID,
     DEMO_CONTACT,
     SAMPLE_PLACEHOLDERS,
@@ -18,7 +18,7 @@ from redvox.release.card import (
     read_card,
     read_provenance,
 )
-from redvox.release.representativeness import read_report
+from redvox.release.hub.representativeness import read_report
 from redvox.schemas import COLUMNS, Entry
 
 SECTIONS = (
@@ -300,7 +300,7 @@ def test_preprocessing_says_what_was_done_and_the_audio_shows_it(card, demo_rele
 
 
 def test_withdrawals_have_a_private_contact(card, demo_release, tmp_path):
-    from redvox.release.stage import stage_release
+    from redvox.release.hub.stage import stage_release
 
     _, body, _ = card
     text = section(body, "Point of contact and withdrawals")
@@ -375,7 +375,7 @@ def test_a_condition_that_mixes_the_recording_is_lost_with_it(card_v1_1):
 def test_statistics_count_each_languages_take_and_each_spoken_row():
     """One speaker reading one item in two languages is two contributions; a mixed
     speech row without a transcript counts as spoken; a text row never does."""
-    from redvox.release.statistics import STAT_COLUMNS, set_statistics
+    from redvox.release.hub.statistics import STAT_COLUMNS, set_statistics
 
     rows = [  # lang, audio_type, modality, user_id, duration_s, transcript, source, item
         ("en", "speech", "speech", "u1", 2.0, "hi", "shades", "1.0"),

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from redvox.builder.recordings import _workers
-from redvox.release import verify
+from redvox.release.hub import verify
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = ("builder", "release", "sources", "schemas", "noise")

@@ -213,7 +213,7 @@ def test_a_registry_row_the_build_would_refuse_stops_represent_stage_and_verify(
 
 
 def test_the_card_says_how_free_text_was_screened(demo_release):
-    from redvox.release.card import read_card
+    from redvox.release.hub.card import read_card
 
     _, body = read_card(demo_release["staged"])
     assert "free text was screened for e-mail addresses, URLs, phone numbers" in body

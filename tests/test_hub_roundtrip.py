@@ -44,9 +44,9 @@ from model_server import AudioModel
 from redvox.builder import versions
 from redvox.builder.cli import main
 from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
-from redvox.release.push import local_oids, remote_oids, same_files, use_request_timeout
-from redvox.release.stage import stage_release, staged_files
-from redvox.release.withdraw import withdrawal_version
+from redvox.release.hub.push import local_oids, remote_oids, same_files, use_request_timeout
+from redvox.release.hub.stage import stage_release, staged_files
+from redvox.release.hub.withdraw import withdrawal_version
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
 # huggingface_hub 2.4 itself triggers httpx2's deprecation of raw `data=` uploads.

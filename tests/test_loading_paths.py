@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from redvox.release.card import read_card
+from redvox.release.hub.card import read_card
 
 PROBE = Path(__file__).resolve().parent / "loading_probe.py"
 OLD_DATASETS = "3.6.0"  # the conftest fixture old_datasets_python

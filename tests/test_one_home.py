@@ -1,7 +1,7 @@
 """Concepts of the release are spelled once, in their home module, and imported elsewhere.
 
 The standalone pieces (the evaluator in release/evaluation/ and the Hub loading
-script in release/templates/) must run without redvox, so they keep their own copies.
+script in release/hub/templates/) must run without redvox, so they keep their own copies.
 """
 
 import re
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-STANDALONE = ("tests/", "release/evaluation/", "release/templates/")
+STANDALONE = ("tests/", "release/evaluation/", "release/hub/templates/")
 
 # literal -> the one module allowed to spell it
 HOMES = {

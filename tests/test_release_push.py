@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from hub_server import HubServer
 from huggingface_hub import HfApi
 
-from redvox.release import push as push_module
-from redvox.release.card import read_card, render_card
-from redvox.release.push import PushError, Retry, plan_push, push_release, use_request_timeout
+from redvox.release.hub import push as push_module
+from redvox.release.hub.card import read_card, render_card
+from redvox.release.hub.push import PushError, Retry, plan_push, push_release, use_request_timeout
 
 # huggingface_hub 2.4 itself triggers httpx2's deprecation of raw `data=` uploads.
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>':DeprecationWarning")

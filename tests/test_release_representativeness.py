@@ -10,7 +10,7 @@ import pytest
 from scipy import stats
 
 from redvox.builder.versions import RepresentativenessThresholds
-from redvox.release.representativeness import (
+from redvox.release.hub.representativeness import (
     assess,
     read_metadata,
     releasable,
@@ -18,7 +18,7 @@ from redvox.release.representativeness import (
     withheld,
     write_report,
 )
-from redvox.release.statistics import chi_square, spearman
+from redvox.release.hub.statistics import chi_square, spearman
 
 
 def test_chi_square_2x2_is_uncorrected_and_matches_the_hand_computation():
@@ -166,7 +166,7 @@ def _judged(folder, model: str, safe: int, total: int, lang: str = "en") -> None
 
 
 def test_judged_outputs_rho_and_label_v_match_the_hand_computation(tmp_path):
-    from redvox.release.judged import compare_judged_files
+    from redvox.release.hub.judged import compare_judged_files
 
     public_safe = {"m1": 9, "m2": 7, "m3": 5, "m4": 3}  # of 10 rows each
     full_safe = {"m1": 17, "m2": 15, "m3": 9, "m4": 7}  # of 20 rows each: same ranking
@@ -189,7 +189,7 @@ def test_judged_outputs_rho_and_label_v_match_the_hand_computation(tmp_path):
     assert reference["m2"] == {
         "unsafe": 30.0, "controversial": 0.0, "safe_by_accident": 0.0, "safe": 70.0, "rows": 10
     }  # fmt: skip
-    from redvox.release.card import reference_results_section
+    from redvox.release.hub.card import reference_results_section
 
     section = reference_results_section({"judged": judged})
     assert "| m2 | 30.0 | 0.0 | 0.0 | 70.0 | 10 |" in section
@@ -197,7 +197,7 @@ def test_judged_outputs_rho_and_label_v_match_the_hand_computation(tmp_path):
 
 
 def test_judged_outputs_that_disagree_fail_the_gate(tmp_path):
-    from redvox.release.judged import compare_judged_files
+    from redvox.release.hub.judged import compare_judged_files
 
     public_safe = {"m1": 2, "m2": 4, "m3": 6, "m4": 8, "m5": 9}  # reversed ranking
     full_safe = {"m1": 18, "m2": 16, "m3": 12, "m4": 8, "m5": 4}

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from redvox.builder.cli import main
 from redvox.builder.versions import get_version
-from redvox.release.card import AGREEMENTS, INTENDED_USES, read_card, read_provenance
-from redvox.release.stage import (
+from redvox.release.hub.card import AGREEMENTS, INTENDED_USES, read_card, read_provenance
+from redvox.release.hub.stage import (
     StageError,
     audio_footprint,
     shard_paths,
@@ -449,7 +449,7 @@ def test_card_says_speech_ambient_rows_are_as_long_as_the_recording(staged_v1_1)
 
 @pytest.mark.parametrize("bad", ["FBK MT/Red Vox", "FBK-MT/RedVox/extra", "RedVox", "-x/y"])
 def test_stage_refuses_an_invalid_repo_id_in_one_line(demo_release, tmp_path, bad):
-    from redvox.release.stage import StageError
+    from redvox.release.hub.stage import StageError
 
     with pytest.raises(StageError, match="is not a Hub repo id") as error:
         stage_release(demo_release["version_dir"], bad, tmp_path / "staged")

@@ -9,9 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from redvox.release.card import read_card, render_card
-from redvox.release.stage import audio_footprint
-from redvox.release.verify import (
+from redvox.release.hub.card import read_card, render_card
+from redvox.release.hub.stage import audio_footprint
+from redvox.release.hub.verify import (
     check_audio,
     check_card,
     check_layout,
@@ -242,7 +242,7 @@ def test_all_is_the_language_configs_in_order_without_a_second_conversion(demo_r
 
 
 def test_repeated_keys_are_caught(staged_copy, tmp_path):
-    from redvox.release.verify import check_keys
+    from redvox.release.hub.verify import check_keys
 
     rewrite(staged_copy / EN, lambda rows: [*rows, rows[0]])
     loaded, _ = load_configs(staged_copy, ["en"], tmp_path / "cache")  # the count differs too
@@ -252,7 +252,7 @@ def test_repeated_keys_are_caught(staged_copy, tmp_path):
 
 
 def test_private_strings_are_found_as_tokens_or_whole_values_never_inside_words():
-    from redvox.release.verify import Registry
+    from redvox.release.hub.verify import Registry
 
     registry = Registry(
         frozenset(),

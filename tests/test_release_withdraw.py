@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from redvox.builder.cli import main
 from redvox.builder.pseudonym import load_pseudonym_key, pseudonymize
 from redvox.builder.versions import get_version
-from redvox.release.withdraw import WithdrawalError, record_withdrawal
+from redvox.release.hub.withdraw import WithdrawalError, record_withdrawal
 from redvox.schemas import DEMO_CONFIG, InputConfig
 
 PARTICIPANT = "demo-p01"  # consented to public release, records in English

@@ -26,7 +26,7 @@ from redvox.builder.transcribe import (
     transcript_key,
 )
 from redvox.builder.versions import VERSIONS, TranscribeConfig, read_lock, required_bump
-from redvox.release.card import transcripts_section
+from redvox.release.hub.card import transcripts_section
 from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.schemas.errors import UserError
 

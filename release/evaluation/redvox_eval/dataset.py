@@ -8,6 +8,7 @@ Each row is a dict of the release columns with `audio` as `{"bytes": ..., "path"
 
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -142,6 +143,10 @@ def iter_hub_rows(
             for row in split:
                 if selection.keeps(row["lang"], row["audio_type"], row["vulnerability_type"]):
                     yield row
+            # released while Python runs: pyarrow's reader threads still holding buffers
+            # at interpreter exit abort it on datasets 5 (datasets issue #7566)
+            del split
+            gc.collect()
 
     return rows(), None
 

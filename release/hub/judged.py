@@ -18,9 +18,9 @@ import pandas as pd
 from redvox.builder.versions import RepresentativenessThresholds
 from redvox.schemas.vocab import FULL, PUBLIC
 
-from .evaluation.redvox_eval.labels import CLASSES, SAFE, UNLABELLED
-from .evaluation.redvox_eval.metrics import prepare_rows
-from .evaluation.redvox_eval.outputs import find_output_files, load_outputs
+from ..evaluation.redvox_eval.labels import CLASSES, SAFE, UNLABELLED
+from ..evaluation.redvox_eval.metrics import prepare_rows
+from ..evaluation.redvox_eval.outputs import find_output_files, load_outputs
 from .representativeness import Check
 from .statistics import chi_square, counts_of, spearman
 

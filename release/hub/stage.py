@@ -62,7 +62,7 @@ from .representativeness import (
 )
 from .statistics import STAT_COLUMNS, set_statistics
 
-EVALUATOR = Path(__file__).resolve().parent / "evaluation"
+EVALUATOR = Path(__file__).resolve().parent.parent / "evaluation"
 LOADING_SCRIPT = "loading_script/redvox.py"
 TOP_LEVEL = ("README.md", "redvox.json", "LICENSE", "CHANGELOG.md")
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".pytest_cache", ".ruff_cache")
@@ -242,7 +242,7 @@ def stage_release(
 ) -> AudioFootprint:
     """Write the staged repo for `version_dir/<set>` into `out`; returns the audio footprint.
 
-    Consent first (release/consent.py): the registries of `config` (the input config of
+    Consent first (release/hub/consent.py): the registries of `config` (the input config of
     the build; the embedded demo corpus's when None, as `--config` defaults) are read
     through the build's fail-closed reader, must be the ones the build read, and every
     user_id of the set must have consent for it today; otherwise nothing is staged.

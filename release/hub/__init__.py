@@ -1,0 +1,2 @@
+"""The Hub release: representativeness, staging (card, shards, loading script,
+evaluator copy), verify, push and withdraw (`redvox release`)."""

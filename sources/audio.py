@@ -37,6 +37,7 @@ from audioread.ffdec import FFmpegAudioFile
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.audio_cell import encode_flac as encode_flac  # the codec's, re-exported
 from redvox.schemas.audio_cell import flac_samples as flac_samples
+from redvox.schemas.audio_cell import write_flac as write_flac
 from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE, AudioLimits
 from redvox.schemas.errors import UserError
 

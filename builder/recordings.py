@@ -55,6 +55,9 @@ DECODE_FORMAT = "decode-v3"
 # A released FLAC larger than this waits on disk, not in memory, while its samples are
 # fingerprinted and judged (a 1-hour recording: 67 MB of FLAC beside 230 MB of samples).
 _SPILL_BYTES = 8 << 20
+# Samples of a batch awaiting the VAD at most (30 min, 115 MB), beyond those of the
+# recording that crosses it: a batch of short recordings is still judged in one go.
+_HELD_SAMPLES = 1800 * SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -169,33 +172,35 @@ def _judge_batch(batch: _Batch) -> list[tuple[DecodeFact, bytes | None, VadResul
     """Worker: (decode fact, new FLAC bytes, new VAD verdict) per recording of the batch.
 
     Decoding and VAD run in the same process so that both scale with --workers;
-    the parent alone writes the cache.
-    """
+    the parent alone writes the cache. The samples awaiting the VAD are judged as soon
+    as they reach _HELD_SAMPLES, so long recordings are not all held at once."""
     facts = list(batch.decoded)
     released: list[IO[bytes] | None] = [None] * len(facts)
-    samples: dict[int, np.ndarray] = {}
+    verdicts: list[VadResult | None] = [None] * len(facts)
+    held: dict[int, np.ndarray] = {}
+    cache = BuildCache(Path(batch.cache_root))
+
+    def judge_held() -> None:
+        if held:
+            stamps = _vad_model(batch.vad_params).speech_timestamps(list(held.values()))
+            for (i, audio), timestamps in zip(held.items(), stamps, strict=True):
+                verdicts[i] = judge_recording(timestamps, len(audio), batch.vad_params)
+            held.clear()
+
     for i, path in enumerate(batch.paths):
         if facts[i] is None:
             facts[i], released[i], audio = _normalise_file(path, batch.limits)
-            if audio is not None:
-                samples[i] = audio
-    pending = [
-        i
-        for i, f in enumerate(facts)
-        if f.usable and (released[i] is not None or not batch.judged[i])
-    ]
-    cache = BuildCache(Path(batch.cache_root))
-    for i in pending:
-        if i not in samples:
-            samples[i] = flac_samples(cache.blob(facts[i].blob))
-    verdicts: list[VadResult | None] = [None] * len(facts)
-    if pending:
-        vad = _vad_model(batch.vad_params)
-        stamps = vad.speech_timestamps([samples[i] for i in pending])
-        for i, timestamps in zip(pending, stamps, strict=True):
-            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params)
-    # The samples go before the FLAC bytes come back from their scratch files.
-    samples.clear()
+        elif facts[i].usable and not batch.judged[i]:
+            audio = flac_samples(cache.blob(facts[i].blob))
+        else:
+            continue
+        if facts[i].usable:
+            held[i] = audio
+            if sum(map(len, held.values())) >= _HELD_SAMPLES:
+                judge_held()
+        del audio
+    judge_held()
+    # The samples are gone before the FLAC bytes come back from their scratch files.
     flacs = [_released_bytes(file) for file in released]
     return list(zip(facts, flacs, verdicts, strict=True))
 

@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import soundfile as sf
 import soxr
 
 from redvox.builder import recordings
+from redvox.builder.cache import BuildCache
 from redvox.builder.ownership import HOP, SUB, Fingerprint
 from redvox.builder.versions import get_version
 from redvox.schemas import SAMPLE_RATE
@@ -119,27 +121,40 @@ def test_a_one_hour_recording_goes_through_a_worker_under_500_mb(tmp_path):
     assert 0.5 * speech_share < verdict["speech_s"] / HOUR_S <= speech_share, verdict["speech_s"]
 
 
-@pytest.mark.parametrize("spill_bytes", [1, 1000])
-def test_the_scratch_file_changes_no_byte_of_the_result(tmp_path, monkeypatch, spill_bytes):
+@pytest.mark.parametrize(("spill_bytes", "held_s"), [(1, 1800), (1000, 1), (1 << 40, 5)])
+def test_scratch_files_and_held_audio_change_no_byte_of_the_result(
+    tmp_path, monkeypatch, spill_bytes, held_s
+):
     """Recordings whose released FLAC spills to disk (from its first write, or after 1000
-    bytes: in the middle of libsndfile's writes) give the fact, FLAC bytes and VAD verdict that they
-    give kept in memory, and the FLAC bytes are those of `encode_flac`."""
+    bytes: in the middle of libsndfile's writes), judged by the VAD one by one or a few
+    seconds at a time, give the facts, FLAC bytes and verdicts of one batch kept in
+    memory; the FLAC bytes are those of `encode_flac`; recordings decoded earlier (from
+    the cache) are judged alike in the same batch."""
     paths = tuple(str(p) for p, _ in demo_speech(8))
     params = get_version("1.0.0").config.vad
-    limits = AudioLimits()
+    cache = BuildCache(tmp_path)
 
-    def judged() -> list:
+    def judged(decoded: tuple) -> list:
         batch = recordings._Batch(
-            paths, (None,) * len(paths), (False,) * len(paths), str(tmp_path), params, limits
+            paths, decoded, (False,) * len(paths), str(tmp_path), params, AudioLimits()
         )
         return recordings._judge_batch(batch)
 
     monkeypatch.setattr(recordings, "_SPILL_BYTES", 1 << 40)
-    in_memory = judged()
+    monkeypatch.setattr(recordings, "_HELD_SAMPLES", 1 << 40)
+    in_memory = judged((None,) * len(paths))
     monkeypatch.setattr(recordings, "_SPILL_BYTES", spill_bytes)
-    spilled = judged()
-    assert spilled == in_memory
-    for path, (fact, flac, verdict) in zip(paths, spilled, strict=True):
-        assert flac == encode_flac(decode_audio(path, limits=limits).samples)
+    monkeypatch.setattr(recordings, "_HELD_SAMPLES", held_s * SAMPLE_RATE)
+    assert judged((None,) * len(paths)) == in_memory
+    for path, (fact, flac, verdict) in zip(paths, in_memory, strict=True):
+        assert flac == encode_flac(decode_audio(path).samples)
         assert fact.usable and verdict is not None, (path, fact, verdict)
-    assert sum(verdict.valid for _, _, verdict in spilled) >= 6
+    assert sum(verdict.valid for _, _, verdict in in_memory) >= 6
+    # Every other recording decoded before: read back from the cache, same verdicts.
+    cached = tuple(
+        replace(fact, blob=cache.put_blob(flac)) if n % 2 else None
+        for n, (fact, flac, _) in enumerate(in_memory)
+    )
+    again = judged(cached)
+    assert [v for _, _, v in again] == [v for _, _, v in in_memory]
+    assert [f is None for _, f, _ in again] == [n % 2 == 1 for n in range(len(paths))]

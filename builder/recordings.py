@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import multiprocessing
 import os
+import tempfile
 from collections import deque
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Executor, ProcessPoolExecutor
@@ -17,7 +18,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import NoneType
-from typing import Any, ClassVar
+from typing import IO, Any, ClassVar
 
 import numpy as np
 from tqdm import tqdm
@@ -30,8 +31,8 @@ from redvox.sources.audio import (
     AudioDecodeError,
     audio_problems,
     decode_audio,
-    encode_flac,
     flac_samples,
+    write_flac,
 )
 
 from .cache import BuildCache, digest_of
@@ -51,6 +52,12 @@ VAD_BATCH = 64
 # fingerprint; the audio limits are in the key too. v3: the fingerprint is the landmark
 # fingerprint (builder/ownership.py FINGERPRINT_FORMAT), not the Haitsma-Kalker hash.
 DECODE_FORMAT = "decode-v3"
+# A released FLAC larger than this waits on disk, not in memory, while its samples are
+# fingerprinted and judged (a 1-hour recording: 67 MB of FLAC beside 230 MB of samples).
+_SPILL_BYTES = 8 << 20
+# Samples of a batch awaiting the VAD at most (30 min, 115 MB), beyond those of the
+# recording that crosses it: a batch of short recordings is still judged in one go.
+_HELD_SAMPLES = 1800 * SAMPLE_RATE
 
 
 @dataclass(frozen=True)
@@ -120,8 +127,9 @@ class _Batch:
 
 def _normalise_file(
     path: str, limits: AudioLimits = DEFAULT_LIMITS
-) -> tuple[DecodeFact, bytes | None, np.ndarray | None]:
-    """Decode one recording, encode it as released, report its defects.
+) -> tuple[DecodeFact, IO[bytes] | None, np.ndarray | None]:
+    """Decode one recording, encode it as released, report its defects: the fact, the
+    released FLAC in a scratch file (read it with `_released_bytes`) and its samples.
 
     Everything downstream (VAD, mixing) uses the samples of the released FLAC, so
     a result is the same whether it was just computed or read back from the cache.
@@ -131,17 +139,28 @@ def _normalise_file(
     except AudioDecodeError as exc:
         return DecodeFact(error=str(exc).removeprefix(f"{path}: ")), None, None
     problems = tuple(audio_problems(decoded))
-    flac = encode_flac(decoded.samples)
+    released = tempfile.SpooledTemporaryFile(_SPILL_BYTES)
+    write_flac(decoded.samples, released)
     # The decoded samples go before the released ones are read back: a long recording
     # is never held twice (a 1-hour file: 230 MB each).
     del decoded
-    samples = flac_samples(flac)
+    released.seek(0)
+    samples = flac_samples(released)
     fact = DecodeFact(
         duration_s=len(samples) / SAMPLE_RATE,
         problems=problems,
         fingerprint=fingerprint(samples).to_text(),
     )
-    return fact, flac, samples
+    return fact, released, samples
+
+
+def _released_bytes(released: IO[bytes] | None) -> bytes | None:
+    """The bytes of a scratch FLAC from `_normalise_file`, which is then closed."""
+    if released is None:
+        return None
+    with released:
+        released.seek(0)
+        return released.read()
 
 
 @functools.cache
@@ -153,29 +172,36 @@ def _judge_batch(batch: _Batch) -> list[tuple[DecodeFact, bytes | None, VadResul
     """Worker: (decode fact, new FLAC bytes, new VAD verdict) per recording of the batch.
 
     Decoding and VAD run in the same process so that both scale with --workers;
-    the parent alone writes the cache.
-    """
+    the parent alone writes the cache. The samples awaiting the VAD are judged as soon
+    as they reach _HELD_SAMPLES, so long recordings are not all held at once."""
     facts = list(batch.decoded)
-    flacs: list[bytes | None] = [None] * len(facts)
-    samples: dict[int, np.ndarray] = {}
+    released: list[IO[bytes] | None] = [None] * len(facts)
+    verdicts: list[VadResult | None] = [None] * len(facts)
+    held: dict[int, np.ndarray] = {}
+    cache = BuildCache(Path(batch.cache_root))
+
+    def judge_held() -> None:
+        if held:
+            stamps = _vad_model(batch.vad_params).speech_timestamps(list(held.values()))
+            for (i, audio), timestamps in zip(held.items(), stamps, strict=True):
+                verdicts[i] = judge_recording(timestamps, len(audio), batch.vad_params)
+            held.clear()
+
     for i, path in enumerate(batch.paths):
         if facts[i] is None:
-            facts[i], flacs[i], audio = _normalise_file(path, batch.limits)
-            if audio is not None:
-                samples[i] = audio
-    pending = [
-        i for i, f in enumerate(facts) if f.usable and (flacs[i] is not None or not batch.judged[i])
-    ]
-    cache = BuildCache(Path(batch.cache_root))
-    for i in pending:
-        if i not in samples:
-            samples[i] = flac_samples(cache.blob(facts[i].blob))
-    verdicts: list[VadResult | None] = [None] * len(facts)
-    if pending:
-        vad = _vad_model(batch.vad_params)
-        stamps = vad.speech_timestamps([samples[i] for i in pending])
-        for i, timestamps in zip(pending, stamps, strict=True):
-            verdicts[i] = judge_recording(timestamps, len(samples[i]), batch.vad_params)
+            facts[i], released[i], audio = _normalise_file(path, batch.limits)
+        elif facts[i].usable and not batch.judged[i]:
+            audio = flac_samples(cache.blob(facts[i].blob))
+        else:
+            continue
+        if facts[i].usable:
+            held[i] = audio
+            if sum(map(len, held.values())) >= _HELD_SAMPLES:
+                judge_held()
+        del audio
+    judge_held()
+    # The samples are gone before the FLAC bytes come back from their scratch files.
+    flacs = [_released_bytes(file) for file in released]
     return list(zip(facts, flacs, verdicts, strict=True))
 
 

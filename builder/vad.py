@@ -4,18 +4,24 @@
 time for one recording: about 190 `session.run` calls for a 6 s clip. Here B
 recordings advance in lockstep, each with its own LSTM state and 64-sample context
 row, so a batch costs the same number of calls as its longest recording. The
-per-window probabilities are then turned into segments by silero's own
-`get_speech_timestamps_from_probs`, the second half of `get_speech_timestamps`, so
-the timestamps are the reference ones (tests/test_vad.py checks they are equal).
+per-window probabilities are then turned into segments by `timestamps_from_probabilities`,
+the rule of silero's `get_speech_timestamps_from_probs` (the second half of
+`get_speech_timestamps`) for the settings `VadParams` allows, so the timestamps are the
+reference ones (tests/test_vad.py checks they are equal, on the real model's
+probabilities and on generated ones).
+
+Nothing here imports torch: silero's package imports it (about 195 MB of resident
+memory per process), while the model is an ONNX file onnxruntime runs, found without
+importing the package. A build worker with the model loaded starts at about 150 MB.
 """
 
 from __future__ import annotations
 
-import functools
+import importlib.util
 from collections.abc import Sequence
 from dataclasses import dataclass
-from importlib import resources
-from types import ModuleType, NoneType
+from pathlib import Path
+from types import NoneType
 from typing import Any, ClassVar
 
 import numpy as np
@@ -35,22 +41,16 @@ _STATE_SHAPE = (2, 128)
 _RATE_INPUT = np.array(SAMPLE_RATE, dtype=np.int64)
 
 
-@functools.cache
-def _silero() -> ModuleType:
-    """silero_vad, imported once; its import pins torch to one thread, undone here."""
-    import torch
-
-    threads = torch.get_num_threads()
-    import silero_vad
-
-    torch.set_num_threads(threads)
-    return silero_vad
-
-
 def _model_path() -> str:
-    """The ONNX file `load_silero_vad(onnx=True)` loads (opset 16)."""
-    _silero()
-    return str(resources.files("silero_vad.data").joinpath("silero_vad.onnx"))
+    """The ONNX file `load_silero_vad(onnx=True)` loads (opset 16), located without
+    importing silero_vad (whose package imports torch)."""
+    spec = importlib.util.find_spec("silero_vad")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("silero-vad is not installed; run `make venv`")
+    path = Path(next(iter(spec.submodule_search_locations))) / "data" / "silero_vad.onnx"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path}: silero-vad's ONNX model is missing; run `make venv`")
+    return str(path)
 
 
 def _as_recording(audio: np.ndarray, index: int) -> np.ndarray:
@@ -137,16 +137,55 @@ class BatchedSileroVad:
 def timestamps_from_probabilities(
     probabilities: np.ndarray, n_samples: int, params: VadParams
 ) -> list[dict[str, int]]:
-    """Silero's own segment logic (thresholds, min speech/silence, padding) on window probs."""
-    return _silero().get_speech_timestamps_from_probs(
-        probabilities.tolist(),
-        sampling_rate=SAMPLE_RATE,
-        threshold=params.threshold,
-        min_speech_duration_ms=params.min_speech_duration_ms,
-        min_silence_duration_ms=params.min_silence_duration_ms,
-        speech_pad_ms=params.speech_pad_ms,
-        audio_length_samples=n_samples,
-    )
+    """The {"start", "end"} sample spans silero's `get_speech_timestamps_from_probs` gives
+    for these window probabilities with `params` (no maximum segment length: VadParams
+    has none, so silero's max-speech cut never applies).
+
+    A segment opens at a window at or above the threshold; while open, a window below
+    the lower threshold (0.15 under it, at least 0.01) marks where silence began, a
+    window back at the threshold forgets that mark, and once the silence reaches the
+    minimum silence the segment closes at its mark (kept when longer than the minimum
+    speech). Kept segments are then padded: a gap shorter than two pads is split
+    between its neighbours."""
+    threshold = params.threshold
+    lower = max(threshold - 0.15, 0.01)
+    min_speech = SAMPLE_RATE * params.min_speech_duration_ms / 1000
+    min_silence = SAMPLE_RATE * params.min_silence_duration_ms / 1000
+    pad = SAMPLE_RATE * params.speech_pad_ms / 1000
+    spans: list[list[int]] = []
+    start: int | None = None  # the open segment's first sample
+    silent_from = 0  # where the open segment's silence began; 0: no silence
+    for i, p in enumerate(probabilities.tolist()):
+        at = WINDOW * i
+        if p >= threshold:
+            silent_from = 0
+            if start is None:
+                start = at
+                continue
+        # Not elif: below 0.01 the lower threshold can exceed the threshold itself.
+        if start is not None and p < lower:
+            silent_from = silent_from or at
+            if at - silent_from >= min_silence:
+                if silent_from - start > min_speech:
+                    spans.append([start, silent_from])
+                start, silent_from = None, 0
+    if start is not None and n_samples - start > min_speech:
+        spans.append([start, n_samples])
+    for i, span in enumerate(spans):
+        if i == 0:
+            span[0] = int(max(0, span[0] - pad))
+        if i == len(spans) - 1:
+            span[1] = int(min(n_samples, span[1] + pad))
+            continue
+        after = spans[i + 1]
+        gap = after[0] - span[1]
+        if gap < 2 * pad:
+            span[1] += int(gap // 2)
+            after[0] = int(max(0, after[0] - gap // 2))
+        else:
+            span[1] = int(min(n_samples, span[1] + pad))
+            after[0] = int(max(0, after[0] - pad))
+    return [{"start": s, "end": e} for s, e in spans]
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@
 A cell is `{bytes, path}`: the 16-bit PCM FLAC bytes of 16 kHz mono audio and a
 relative file name. This module is its one codec:
 
-- `encode_flac` (samples -> FLAC bytes) and `flac_samples` / `decode_cell` (FLAC bytes or
-  a read cell -> samples at SAMPLE_RATE);
+- `encode_flac` (samples -> FLAC bytes; `write_flac`: the same bytes into a file) and
+  `flac_samples` / `decode_cell` (FLAC bytes or a read cell -> samples at SAMPLE_RATE);
 - `arrow_type` and `cell_array`: the Arrow type the shard writer stores cells as (the
   bytes dictionary-encoded, so a clip shared by many rows is stored once per row group)
   and the column of one row group;
@@ -21,7 +21,7 @@ import builtins
 import hashlib
 import io
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict
 
@@ -48,6 +48,14 @@ _FLAC_BLOCK = 1 << 18  # samples clipped and written at a time
 
 def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
     """16-bit PCM FLAC of mono `samples`; the same samples always give the same bytes."""
+    buffer = io.BytesIO()
+    write_flac(samples, buffer, sample_rate)
+    return buffer.getvalue()
+
+
+def write_flac(samples: np.ndarray, file: BinaryIO, sample_rate: int = SAMPLE_RATE) -> None:
+    """`encode_flac`'s bytes written to `file` (any seekable binary file: libsndfile writes
+    through the same virtual I/O whatever holds the bytes), which stays open."""
     import numpy as np
     import soundfile as sf
 
@@ -62,20 +70,19 @@ def encode_flac(samples: np.ndarray, sample_rate: int = SAMPLE_RATE) -> bytes:
             "encode_flac got non-finite samples (NaN/inf); decode_audio refuses such "
             "recordings, so these samples come from elsewhere"
         )
-    buffer = io.BytesIO()
     # libsndfile wraps around instead of saturating above full scale. Clipped block by
     # block, so a long recording is not copied whole (the bytes are those of one write).
-    with sf.SoundFile(buffer, "w", sample_rate, 1, format="FLAC", subtype="PCM_16") as out:
+    with sf.SoundFile(file, "w", sample_rate, 1, format="FLAC", subtype="PCM_16") as out:
         for start in range(0, len(mono), _FLAC_BLOCK):
             out.write(np.clip(mono[start : start + _FLAC_BLOCK], -1.0, 1.0))
-    return buffer.getvalue()
 
 
-def flac_samples(data: bytes) -> np.ndarray:
-    """Mono float32 samples of FLAC bytes: the audio exactly as released."""
+def flac_samples(data: bytes | BinaryIO) -> np.ndarray:
+    """Mono float32 samples of FLAC bytes (or of a binary file holding them, read from
+    where it stands): the audio exactly as released."""
     import soundfile as sf
 
-    samples, rate = sf.read(io.BytesIO(data), dtype="float32")
+    samples, rate = sf.read(io.BytesIO(data) if isinstance(data, bytes) else data, dtype="float32")
     if rate != SAMPLE_RATE or samples.ndim != 1:
         raise ValueError(
             f"expected mono {SAMPLE_RATE} Hz FLAC, got {rate} Hz, shape {samples.shape}"

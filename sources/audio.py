@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ from audioread.ffdec import FFmpegAudioFile
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.audio_cell import encode_flac as encode_flac  # the codec's, re-exported
 from redvox.schemas.audio_cell import flac_samples as flac_samples
+from redvox.schemas.audio_cell import write_flac as write_flac
 from redvox.schemas.config import MAX_SOURCE_RATE, MIN_SOURCE_RATE, AudioLimits
 from redvox.schemas.errors import UserError
 
@@ -347,43 +349,54 @@ def _read_with_ffmpeg(path: Path, sample_rate: int, limits: AudioLimits) -> Deco
     """Formats libsndfile does not read (m4a, webm, ...), decoded by FFmpeg to 16-bit PCM.
 
     The rate, channels and duration FFmpeg reports are checked before any PCM is read,
-    and reading stops once the audio runs past the duration limit."""
-    if shutil.which("ffmpeg") is None:
+    and reading stops once the audio runs past the duration limit. The PCM is read
+    from FFmpeg's pipe one block at a time, so FFmpeg waits for the decoder: audioread's
+    own reader thread would queue whatever FFmpeg writes, without bound (up to the
+    whole 691 MB of a 1-hour 48 kHz stereo m4a)."""
+    ffmpeg = shutil.which("ffmpeg")
+    if ffmpeg is None:
         raise AudioDecodeError(
             f"{path}: libsndfile does not read this format and FFmpeg is not installed; "
             "install FFmpeg (apt-get install -y ffmpeg) or convert the file to WAV or FLAC"
         )
-    try:
-        with audioread.audio_open(str(path), backends=[FFmpegAudioFile]) as audio:
-            rate, channels, duration = audio.samplerate, audio.channels, audio.duration
-            if channels <= 0 or rate <= 0:
-                # FFmpeg guesses a container from the file name and finds no stream in it.
-                raise AudioDecodeError(
-                    f"{path}: not a readable audio file (FFmpeg finds no audio stream in it); "
-                    "convert it to WAV or FLAC"
-                )
-            declared = round(duration * rate) if duration and duration > 0 else None
-            _check_header(path, rate, channels, declared, limits)
-            normaliser = _Normaliser(path, rate, channels, sample_rate, declared or 0)
-            block_bytes = BLOCK_FRAMES * channels * 2
-            pending = bytearray()
-            for buffer in audio:
-                pending += buffer
-                # Fixed-size blocks whatever sizes the pipe delivers: the same file always
-                # goes through the same steps.
-                while len(pending) >= block_bytes:
-                    normaliser.add(_pcm_frames(pending[:block_bytes], channels))
-                    del pending[:block_bytes]
-                    if normaliser.frames / rate > limits.max_duration_s:
-                        _too_long(path, None, limits)
-            if len(pending) % (channels * 2):
-                raise AudioDecodeError(
-                    f"{path}: FFmpeg's output ends inside a frame; convert the file to WAV or FLAC"
-                )
-            if pending:
-                normaliser.add(_pcm_frames(pending, channels))
+    rate, channels, duration = _ffmpeg_stream(path)
+    if channels <= 0 or rate <= 0:
+        # FFmpeg guesses a container from the file name and finds no stream in it.
+        raise AudioDecodeError(
+            f"{path}: not a readable audio file (FFmpeg finds no audio stream in it); "
+            "convert it to WAV or FLAC"
+        )
+    declared = round(duration * rate) if duration and duration > 0 else None
+    _check_header(path, rate, channels, declared, limits)
+    normaliser = _Normaliser(path, rate, channels, sample_rate, declared or 0)
+    block_bytes = BLOCK_FRAMES * channels * 2
+    # The command audioread runs: the same PCM, bit for bit.
+    command = [ffmpeg, "-i", str(path), "-f", "s16le", "-"]
+    with subprocess.Popen(
+        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    ) as decoder:
+        try:
+            # Fixed-size blocks whatever sizes the pipe delivers: the same file always
+            # goes through the same steps.
+            while block := decoder.stdout.read(block_bytes):
+                if len(block) % (channels * 2):
+                    raise AudioDecodeError(
+                        f"{path}: FFmpeg's output ends inside a frame; convert the file to "
+                        "WAV or FLAC"
+                    )
+                normaliser.add(_pcm_frames(block, channels))
                 if normaliser.frames / rate > limits.max_duration_s:
                     _too_long(path, None, limits)
+        finally:
+            decoder.kill()
+    return normaliser.finish()
+
+
+def _ffmpeg_stream(path: Path) -> tuple[int, int, float]:
+    """(sample rate, channels, duration in seconds) of the audio stream FFmpeg finds."""
+    try:
+        with audioread.audio_open(str(path), backends=[FFmpegAudioFile]) as audio:
+            return audio.samplerate, audio.channels, audio.duration
     except audioread.exceptions.NoBackendError as err:
         raise AudioDecodeError(
             f"{path}: not a readable audio file (neither libsndfile nor FFmpeg recognise it); "
@@ -394,7 +407,6 @@ def _read_with_ffmpeg(path: Path, sample_rate: int, limits: AudioLimits) -> Deco
             f"{path}: not a readable audio file: libsndfile does not know the format and FFmpeg "
             f"failed ({err!r}); convert it to WAV or FLAC"
         ) from err
-    return normaliser.finish()
 
 
 def _pcm_frames(pcm: bytes | bytearray, channels: int) -> np.ndarray:

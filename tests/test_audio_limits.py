@@ -170,6 +170,41 @@ def test_decoding_a_long_file_stays_within_bounded_memory(tmp_path):
     assert peak_mb - base_mb < 100, (base_mb, peak_mb)
 
 
+@pytest.mark.skipif(shutil.which("ffmpeg") is None, reason="needs ffmpeg for m4a")
+def test_a_slow_decoder_holds_ffmpegs_output_one_block_at_a_time(tmp_path):
+    """5 min of 48 kHz stereo ALAC in m4a (libsndfile does not read it: FFmpeg does),
+    decoded by a decoder slowed down: FFmpeg waits for it instead of its 55 MB of PCM
+    piling up in memory (audioread's reader thread queued it without bound)."""
+    path = tmp_path / "long.m4a"
+    sine = "sine=frequency=440:sample_rate=48000:duration=300"
+    subprocess.run(
+        ["ffmpeg", "-loglevel", "error", "-f", "lavfi", "-i", sine]
+        + ["-ac", "2", "-c:a", "alac", str(path)],
+        check=True,
+    )
+    child = textwrap.dedent(
+        f"""
+        import time
+        from redvox.sources import audio
+        from redvox.schemas.config import AudioLimits
+        def peak_mb():
+            return int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) // 1024
+        add = audio._Normaliser.add
+        audio._Normaliser.add = lambda self, block: (time.sleep(0.01), add(self, block))
+        base = peak_mb()
+        decoded = audio.decode_audio({str(path)!r}, limits=AudioLimits(max_duration_s=400))
+        assert abs(decoded.duration_s - 300) < 0.1, decoded.duration_s
+        print(base, peak_mb())
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-P", "-c", child], capture_output=True, text=True, check=True
+    )
+    base_mb, peak_mb = map(int, result.stdout.split())
+    # The 16 kHz mono output is 19 MB; FFmpeg's whole PCM would add 55 MB more.
+    assert peak_mb - base_mb < 40, (base_mb, peak_mb)
+
+
 def test_audio_limits_are_validated_in_the_input_config(tmp_path):
     assert AudioLimits().max_duration_s == 120 and AudioLimits().max_file_mb == 512
     for bad in ({"max_duration_s": 0}, {"max_duration_s": float("nan")}, {"max_file_mb": -1}):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import shutil
 import subprocess
@@ -12,13 +13,32 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from redvox.builder.vad import BatchedSileroVad, VadResult, _as_recording, _silero, judge_recording
+from redvox.builder.vad import (
+    BatchedSileroVad,
+    VadResult,
+    _as_recording,
+    judge_recording,
+    timestamps_from_probabilities,
+)
 from redvox.builder.versions import VadParams
 from redvox.schemas import SAMPLE_RATE
 from redvox.sources.audio import AudioDecodeError, decode_audio
 
 DEMO_AUDIO = Path(__file__).resolve().parents[1] / "sources" / "demo" / "audio"
 RATE = 16000
+
+
+@functools.cache
+def _silero():
+    """silero_vad, the reference (the build itself never imports it: it imports torch);
+    its import pins torch to one thread, undone here for the other tests."""
+    import torch
+
+    threads = torch.get_num_threads()
+    import silero_vad
+
+    torch.set_num_threads(threads)
+    return silero_vad
 
 
 @functools.cache
@@ -135,6 +155,62 @@ def test_silence_noise_and_empty_input_have_no_speech():
     silence, empty = np.zeros(3 * RATE, np.float32), np.zeros(0, np.float32)
     assert vad.speech_timestamps([silence, noise, empty]) == [[], [], []]
     assert reference_speech_timestamps(noise, VadParams()) == []
+
+
+def generated_probabilities(rng: np.random.Generator, threshold: float) -> np.ndarray:
+    """Window probabilities in runs of speech, of the band between the two thresholds,
+    and of silence, of random lengths; some exactly at a threshold."""
+    lower = max(threshold - 0.15, 0.01)
+    bands = [(threshold, 1.0), (min(lower, threshold), max(lower, threshold)), (0.0, lower)]
+    runs = []
+    for _ in range(rng.integers(1, 30)):
+        lo, hi = bands[rng.integers(3)]
+        run = rng.uniform(lo, hi, rng.integers(1, 40))
+        run[rng.random(len(run)) < 0.1] = rng.choice([threshold, lower])
+        runs.append(run)
+    return np.concatenate(runs).astype(np.float32)
+
+
+@pytest.mark.parametrize("threshold", [0.5, 0.35, 0.9, 0.12, 0.005])
+def test_segments_equal_silero_on_generated_probabilities(threshold):
+    """The segment rule against silero's own `get_speech_timestamps_from_probs`, over
+    minimum speech, minimum silence and padding (gaps merged or not), recordings that
+    end inside a window or in speech, and a threshold under the 0.01 floor of the lower
+    one (0.005)."""
+    reference = _silero().get_speech_timestamps_from_probs
+    rng = np.random.default_rng(round(threshold * 1000))
+    # Multiples of 32 ms (512 samples: one window) meet the comparisons' edges exactly.
+    settings = itertools.product([0, 32, 250, 1024], [0, 64, 100, 700], [0, 30, 256, 800])
+    shapes = set()
+    for min_speech, min_silence, pad in settings:
+        params = VadParams(
+            threshold=threshold,
+            min_speech_duration_ms=min_speech,
+            min_silence_duration_ms=min_silence,
+            speech_pad_ms=pad,
+        )
+        for _ in range(6):
+            probs = generated_probabilities(rng, threshold)
+            n_samples = 512 * len(probs) - int(rng.integers(0, 512))
+            expected = reference(
+                probs.tolist(),
+                sampling_rate=SAMPLE_RATE,
+                threshold=threshold,
+                min_speech_duration_ms=min_speech,
+                min_silence_duration_ms=min_silence,
+                speech_pad_ms=pad,
+                audio_length_samples=n_samples,
+            )
+            got = timestamps_from_probabilities(probs, n_samples, params)
+            assert got == expected, (params, probs.tolist(), n_samples)
+            assert all(type(v) is int for span in got for v in span.values())
+            shapes.add(min(len(got), 3))
+            if len(got) >= 2:
+                shapes.add("merged" if got[0]["end"] == got[1]["start"] else "apart")
+            if got and got[-1]["end"] == n_samples:
+                shapes.add("to the end")
+    # Otherwise the equality could hold trivially.
+    assert shapes >= {0, 1, 3, "merged", "apart", "to the end"}, shapes
 
 
 def test_float64_and_list_input_match_float32(speech):

@@ -128,6 +128,14 @@ class InputConfig(BaseModel):
     def _text_aliases(cls, raw: Any) -> Any:
         return merge_text_aliases(raw) if isinstance(raw, Mapping) else raw
 
+    def __eq__(self, other: object) -> bool:
+        # Where a config was loaded from is no part of it: equal inputs are equal configs.
+        if not isinstance(other, InputConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # `texts` is a dict
+
     @property
     def origin(self) -> str:
         """How messages name this config: its file, or "the input config"."""

@@ -23,6 +23,7 @@ from redvox.schemas.layout import sha256_file
 from redvox.sources.inputs import RECORD_INPUTS
 from redvox.sources.texts import input_names
 
+from .versions import declared_languages
 from .write import PendingFiles, atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -99,14 +100,6 @@ def input_names_now() -> tuple[str, ...]:
     text sources' (from their registry, so a source registered later is included), the
     contributions manifest and the two registries."""
     return (*input_names(), *RECORD_INPUTS)
-
-
-def declared_languages() -> tuple[str, ...]:
-    """Every language a declared version builds: the only values a public line's `lang`
-    may take (a raw cell of a refused row could hold anything)."""
-    from .versions import VERSIONS
-
-    return tuple(dict.fromkeys(lang for v in VERSIONS.values() for lang in v.config.languages))
 
 
 SHARED_AUDIO = "recording filed under more than one participant"

@@ -239,6 +239,13 @@ VERSIONS: dict[str, DatasetVersion] = {
 LATEST: str = max(VERSIONS, key=lambda v: VERSIONS[v].parts)
 
 
+def declared_languages() -> tuple[str, ...]:
+    """Every language a declared version builds, in the order they were first declared:
+    the languages the builder knows (a public report's `lang` is one of them, and the
+    evaluator's table lists them, tests/test_eval_standalone.py)."""
+    return tuple(dict.fromkeys(lang for v in VERSIONS.values() for lang in v.config.languages))
+
+
 class UnknownVersionError(UserError, KeyError):
     """A version string this builder does not declare (a KeyError, for older callers)."""
 

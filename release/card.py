@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -155,7 +155,7 @@ def card_metadata(
         "license": "other",
         "license_name": LICENSE_NAME,
         "license_link": "LICENSE",
-        "language": [lang for lang in LANGUAGES if lang in langs],
+        "language": in_language_order(langs),
         "multilinguality": "multilingual",
         "task_categories": list(TASK_CATEGORIES),
         "source_datasets": [f"extended|{m.HUB_ID}" for m in sources],
@@ -179,6 +179,12 @@ def card_metadata(
     if manifest.dataset_set == PUBLIC:
         meta |= gated_form(sources)
     return meta
+
+
+def in_language_order(langs: Iterable[str]) -> list[str]:
+    """The first release's languages in their order, then any later version's by code."""
+    present = set(langs)
+    return [lang for lang in LANGUAGES if lang in present] + sorted(present - set(LANGUAGES))
 
 
 def build_sources(manifest: BuildManifest) -> list[TextSourceModule]:
@@ -823,8 +829,7 @@ def summary_section(manifest: BuildManifest, speakers: int, total: int, syntheti
     counts = manifest.counts
     per_lang = ", ".join(
         f"{lang} {sum(n for per_audio in counts[lang].values() for n in per_audio.values())}"
-        for lang in LANGUAGES
-        if lang in counts
+        for lang in in_language_order(counts)
     )
     kind = (
         "the public, gated release"

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from redvox.builder.manifest import MANIFEST, BuildManifest
+from redvox.builder.versions import declared_languages
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 from redvox.schemas.audio_cell import column_bytes, decode_fully
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
@@ -162,7 +163,7 @@ def ordinary_words(config: InputConfig) -> frozenset[str]:
     from redvox.sources.texts import read_texts, text_sources
 
     words: set[str] = set(COLUMNS) | {SPLIT, ALL_CONFIG}
-    for values in (vocab.LANGUAGES, vocab.GENDERS, vocab.AGE_GROUPS, vocab.VULNERABILITY_TYPES,
+    for values in (declared_languages(), vocab.GENDERS, vocab.AGE_GROUPS, vocab.VULNERABILITY_TYPES,
                    vocab.SETS, vocab.LANGUAGE_NAMES.values(), ("speech", "text",
                    *(m.NAME for m in text_sources()), vocab.ATTACK_TYPE)):  # fmt: skip
         words.update(values)
@@ -214,7 +215,7 @@ def check_layout(staged: Path) -> list[Problem]:
         if rel in TOP_LEVEL or rel == LOADING_SCRIPT:
             continue
         match = SHARD_RE.match(rel)
-        if match and match["lang"] in LANGUAGES:
+        if match and match["lang"] in declared_languages():
             continue
         if rel.startswith("evaluation/") and "__pycache__" not in rel and not rel.endswith(".pyc"):
             continue

@@ -160,10 +160,14 @@ def _key_file_header(config_path: Path | None, config: InputConfig, counts: Coun
     elif selection.item_keys_file is not None:
         how = f"pinned by the key file {selection.item_keys_file.name}"
     else:
-        how = (
-            f"drawn with seed {selection.seed}: {selection.shades} SHADES stereotypes, "
-            f"{selection.per_group} per M-ALERT group"
+        rules = "; ".join(
+            f"{m.TITLE} "
+            + ", ".join(
+                f"{'all' if s.wanted is None else s.wanted} {s.name}" for s in m.strata(selection)
+            )
+            for m in config_sources(config)
         )
+        how = f"drawn with seed {selection.seed}: {rules}"
     per_stratum = ", ".join(f"{v} {counts[v]}" for v in VULNERABILITY_TYPES)
     hashes = input_hashes(config)
     sources = ", ".join(

@@ -56,7 +56,8 @@ def inputs(config) -> Inputs:
 
 
 def problems_of(inputs: Inputs, config, name: str) -> list:
-    return [p for p in inputs.problems if Path(p.file) == Path(getattr(config, name))]
+    path = config.texts[name] if name in config.texts else getattr(config, name)
+    return [p for p in inputs.problems if Path(p.file) == Path(path)]
 
 
 def lines_of(inputs: Inputs, name: str):
@@ -75,9 +76,9 @@ def test_corpus_stays_small_enough_to_commit():
 
 def test_config_marks_the_corpus_synthetic_and_every_input_exists(config):
     assert config.synthetic
+    assert set(config.texts) == {"shades", "malert"}
+    assert all(path.is_file() for path in config.texts.values())
     for name in (
-        "shades",
-        "malert",
         "contributions",
         "participants",
         "consent",

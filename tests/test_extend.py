@@ -396,3 +396,42 @@ def test_a_version_declaring_a_language_its_sources_lack_stops_naming_the_column
         "xx_biased_sentences: required column is missing: the version being built" in result.output
     )
     assert "malert.jsonl: xx: required column is missing" in result.output
+
+
+def test_a_contribution_of_an_unregistered_source_is_refused_on_its_line(tmp_path):
+    corpus = demo_copy(tmp_path)
+    add_contributions(
+        corpus,
+        [
+            contribution(
+                "toy",
+                "t1",
+                "en",
+                "demo-p01/en_toy_t1.flac",
+                "demo-p01/en_m-alert_90011.flac",
+                "A riddle?",
+            ),
+        ],  # fmt: skip
+    )
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1)
+    [problem] = [p for p in inputs.problems if p.field == "source"]
+    assert problem.row == 68 and "'toy' is not a text source (shades, m-alert)" in problem.message
+    assert not [c for c in inputs.contributions if c.source == "toy"]
+
+
+@pytest.mark.parametrize("clash", ["NAME", "INPUT"])
+def test_a_source_module_is_checked_when_registered(clash, toy_source):
+    import types
+
+    fake = types.ModuleType("fake_source")
+    for name in (*texts._STRINGS, "MET_BY", "REQUIRED", "POSITION"):
+        setattr(fake, name, getattr(toy_source, name))
+    for name in ("normalize_id", "read", "strata"):
+        setattr(fake, name, getattr(toy_source, name))
+    setattr(fake, "NAME" if clash == "INPUT" else "INPUT", "other")
+    with pytest.raises(ValueError, match="already"):
+        register_text_source(fake)
+    del fake.strata
+    with pytest.raises(TypeError, match="TextSourceModule"):
+        register_text_source(fake)
+    assert texts.TEXTS.get("other") is None

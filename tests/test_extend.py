@@ -163,6 +163,12 @@ def test_a_registered_source_and_one_config_entry_put_its_items_in_the_build_and
         == hashlib.sha256((toy_corpus / "toy.csv").read_bytes()).hexdigest()
     )
     assert {"toy:t1", "toy:t2"} <= set(manifest["items"])
+    # `sources select` reads the sources as the build did: it writes the build's items
+    keys = tmp_path / "keys.txt"
+    args = ["sources", "select", "--config", str(toy_corpus / "config.yaml"), "--out", str(keys)]
+    assert CliRunner().invoke(main, args).exit_code == 0
+    listed = [line for line in keys.read_text().splitlines() if line and line[0] != "#"]
+    assert listed == manifest["items"]
     # the demo's own rows are all there, the same rows (IDs are dense, so they may move)
     demo = rows_of(demo_release["version_dir"] / "full")
     strip = lambda r: {k: v for k, v in r.items() if k != "ID"}  # noqa: E731

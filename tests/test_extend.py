@@ -231,6 +231,7 @@ def test_a_source_pools_its_own_items_only(toy_source):
             ["texts.toyy", "no text source has this input key", "shades, malert"],
         ),
         ("texts: {shades: shades.csv}\n", ["shades is given twice", "keep one"]),
+        ("texts: {malert: other.jsonl}\n", ["malert is given twice", "keep one"]),
     ],
 )
 def test_an_unknown_or_doubled_text_source_is_one_line_naming_the_config(tmp_path, extra, words):

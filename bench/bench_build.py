@@ -180,7 +180,7 @@ def run_baseline(config_path: Path, out: Path) -> dict:
     start = time.perf_counter()
     version = get_version("1.0.0")
     config = InputConfig.load(config_path)
-    inputs = load_inputs(config)
+    inputs = load_inputs(config, version.config.languages)
     key = load_pseudonym_key(config.pseudonym_key_file)
     bank = read_noise_bank(config.noise_bank)
     joined = join_inputs(inputs, version.config.languages)

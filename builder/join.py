@@ -15,10 +15,11 @@ from pathlib import Path
 
 from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
 from redvox.schemas.records import item_key
-from redvox.sources.inputs import Inputs
+from redvox.sources.inputs import RECORD_INPUTS, Inputs
 from redvox.sources.problems import Problem
+from redvox.sources.texts import text_inputs
 
-from .manifest import INPUT_NAMES, QuarantineRecord, Stage
+from .manifest import QuarantineRecord, Stage
 
 # Inputs only the maintainers see: their problems stay out of the public report.
 PRIVATE_INPUTS = ("participants", "consent")
@@ -124,7 +125,8 @@ def problem_records(
     item and participant when the problem points into the contributions manifest."""
     contributions_file = str(config.contributions)
     private = {str(getattr(config, name)) for name in PRIVATE_INPUTS}
-    names = {str(getattr(config, name)): name for name in INPUT_NAMES}
+    names = {str(text.path): text.source.INPUT for text in text_inputs(config)}
+    names |= {str(getattr(config, name)): name for name in RECORD_INPUTS}
     records = []
     for problem in problems:
         if problem.fatal or problem.warning:  # a warning rejected nothing

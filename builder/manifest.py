@@ -18,10 +18,12 @@ from typing import Any, ClassVar, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from redvox.schemas import LANGUAGES
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
+from redvox.sources.inputs import RECORD_INPUTS
+from redvox.sources.texts import input_names
 
+from .versions import declared_languages
 from .write import PendingFiles, atomic_write_bytes
 
 MANIFEST = "manifest.json"
@@ -77,9 +79,9 @@ class QuarantineRecord:
         line = {
             "stage": self.stage,
             "reason": public_reason(self),
-            "lang": self.lang if self.lang in LANGUAGES else None,
+            "lang": self.lang if self.lang in declared_languages() else None,
             "item_key": self.item_key if self.item_key in item_keys else None,
-            "input": self.input if self.input in INPUT_NAMES else None,
+            "input": self.input if self.input in input_names_now() else None,
             "row": self.row if isinstance(self.row, int) else None,
             "field": self.field if self.field in public_fields(self.input) else None,
             "user_id": shown.get(self.participant_key) if self.participant_key else None,
@@ -87,10 +89,19 @@ class QuarantineRecord:
         return {k: v for k, v in line.items() if v is not None}
 
 
-# The input config's names of the files a quarantine record can point into.
-INPUT_NAMES = ("shades", "malert", "contributions", "participants", "consent")
-# Public datasets: their reader messages quote only public text and may be shown.
-PUBLIC_INPUTS = ("shades", "malert")
+def public_inputs() -> tuple[str, ...]:
+    """The public datasets' input names (every registered text source's): their reader
+    messages quote only public text and may be shown."""
+    return input_names()
+
+
+def input_names_now() -> tuple[str, ...]:
+    """The input config's names of the files a quarantine record can point into: the
+    text sources' (from their registry, so a source registered later is included), the
+    contributions manifest and the two registries."""
+    return (*input_names(), *RECORD_INPUTS)
+
+
 SHARED_AUDIO = "recording filed under more than one participant"
 SUPERSEDED_TAKE = "superseded take"
 # (stage or input, field or None, words of the private reason, public phrase): the
@@ -147,7 +158,7 @@ def public_reason(record: QuarantineRecord) -> str:
     participant in it) is passed on, paths removed; everything else is a fixed phrase."""
     if record.public_reason is not None:
         return record.public_reason
-    if record.stage == "join" and record.input in PUBLIC_INPUTS:
+    if record.stage == "join" and record.input in public_inputs():
         return redact_paths(record.reason)
     topic = record.input if record.stage == "join" else record.stage
     for where, field, words, phrase in _PUBLIC_PHRASES:

@@ -160,7 +160,7 @@ def _prepare(version: DatasetVersion, config: InputConfig, options: BuildOptions
     ownership, takes, transcripts and the rows' sources. A function of its own so that
     what only these steps use (the inputs as read, with the raw cells of every
     contributions line; the audio paths) is let go before the shards are written."""
-    inputs = load_inputs(config, progress=options.progress)
+    inputs = load_inputs(config, version.config.languages, progress=options.progress)
     _refuse_fatal(inputs)
     key = load_pseudonym_key(config.pseudonym_key_file)
     bank = read_noise_bank(config.noise_bank)

@@ -17,8 +17,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from redvox.noise import mixes_speech
-from redvox.schemas import LANGUAGES, SAMPLE_RATE, ItemSelection, NoiseCondition
+from redvox.schemas import SAMPLE_RATE, ItemSelection, NoiseCondition
 from redvox.schemas.errors import UserError
+from redvox.schemas.vocab import Lang
 
 # BuildConfig fields that are left out of config_hash when off (None).
 OPTIONAL_STAGES = ("transcribe",)
@@ -68,7 +69,12 @@ class TranscribeConfig(BaseModel):
 
 class BuildConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
-    languages: tuple[str, ...] = LANGUAGES
+    # Written out by every version, never a default: a language the builder learns later
+    # must not change what an earlier version reads, builds or hashes.
+    languages: tuple[Lang, ...] = Field(
+        min_length=1,
+        description="the languages this version reads from the sources and writes, in order",
+    )
     items: ItemSelection | None = Field(
         default=None,
         description=(
@@ -98,6 +104,8 @@ class BuildConfig(BaseModel):
     def _applied(self) -> BuildConfig:
         """sample_rate and clip_s are what the builder writes, not wishes: refuse a
         config that asks for something else, rather than build something else."""
+        if len(set(self.languages)) != len(self.languages):
+            raise ValueError(f"languages {list(self.languages)}: each language once")
         if self.sample_rate != SAMPLE_RATE:
             raise ValueError(
                 f"sample_rate {self.sample_rate}: this builder writes 16 kHz only "
@@ -157,6 +165,10 @@ _V1_COLUMNS = (
     "duration_s", "condition_params", "builder_version",
 )  # fmt: skip
 
+# The languages of the v1 releases, written out like the columns: a language added later
+# is a new version's.
+_V1_LANGUAGES = ("en", "de", "es", "fr", "it")
+
 # The v1 public release: one shared 6 s clip per condition.
 _V1_CONDITIONS = (
     NoiseCondition(
@@ -186,7 +198,12 @@ _RELEASES: tuple[dict[str, Any], ...] = (
             "paired with silence, ambient noise (noise_a) and babble (noise_b), one shared "
             "6 s clip per condition."
         ),
-        "config": {"seed": 20260601, "conditions": _V1_CONDITIONS, "columns": _V1_COLUMNS},
+        "config": {
+            "languages": _V1_LANGUAGES,
+            "seed": 20260601,
+            "conditions": _V1_CONDITIONS,
+            "columns": _V1_COLUMNS,
+        },
     },
     {
         "version": "1.1.0",
@@ -196,6 +213,7 @@ _RELEASES: tuple[dict[str, Any], ...] = (
             "entry). Existing rows are unchanged."
         ),
         "config": {
+            "languages": _V1_LANGUAGES,
             "seed": 20260601,
             "columns": _V1_COLUMNS,
             "conditions": (
@@ -219,6 +237,13 @@ VERSIONS: dict[str, DatasetVersion] = {
     for r in _RELEASES
 }
 LATEST: str = max(VERSIONS, key=lambda v: VERSIONS[v].parts)
+
+
+def declared_languages() -> tuple[str, ...]:
+    """Every language a declared version builds, in the order they were first declared:
+    the languages the builder knows (a public report's `lang` is one of them, and the
+    evaluator's table lists them, tests/test_eval_standalone.py)."""
+    return tuple(dict.fromkeys(lang for v in VERSIONS.values() for lang in v.config.languages))
 
 
 class UnknownVersionError(UserError, KeyError):

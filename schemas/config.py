@@ -6,10 +6,12 @@ The demo corpus ships one (`sources/demo/config.yaml`); `RELEASE_CONFIG` or
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, model_validator
 
 from .errors import UserError
 
@@ -55,13 +57,47 @@ class AudioLimits(BaseModel):
     max_channels: int = Field(default=8, ge=1, le=64)
 
 
+# The top-level keys the first configs name their text sources by (`shades: FILE`), each
+# the input key of a registered text source: the same as `texts: {shades: FILE}`.
+TEXT_ALIASES = ("shades", "malert")
+
+
+def merge_text_aliases(raw: Mapping[str, Any], where: str = "input config") -> dict[str, Any]:
+    """`raw` with the alias keys moved into `texts`; ConfigError when one source is given
+    both ways (which of the two files is meant cannot be told)."""
+    merged = dict(raw)
+    texts = merged.get("texts")
+    if not any(key in merged for key in TEXT_ALIASES) or not (
+        texts is None or isinstance(texts, Mapping)
+    ):
+        return merged
+    texts = dict(texts or {})
+    for key in TEXT_ALIASES:
+        if key not in merged:
+            continue
+        if key in texts:
+            raise ConfigError(
+                f"{where}: {key} is given twice, as `{key}:` and as `texts: {{{key}: ...}}`; "
+                "keep one of the two"
+            )
+        texts[key] = merged.pop(key)
+    merged["texts"] = texts
+    return merged
+
+
 class InputConfig(BaseModel):
     """Paths of every input of a build. Relative paths are resolved against the
     folder of the YAML file that declares them."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    shades: Path = Field(description="SHADES CSV (released or raw layout)")
-    malert: Path = Field(description="M-ALERT parquet, CSV or JSONL")
+    texts: dict[str, Path] = Field(
+        min_length=1,
+        description=(
+            "text sources by input key (redvox.sources.texts): shades (SHADES CSV, released or "
+            "raw layout), malert (M-ALERT parquet, CSV or JSONL), ...; `shades: FILE` and "
+            "`malert: FILE` at the top level mean the same"
+        ),
+    )
     contributions: Path = Field(description="contributions manifest, CSV or JSONL")
     audio_root: Path = Field(
         description="folder the contributions' audio_file paths are relative to"
@@ -84,6 +120,26 @@ class InputConfig(BaseModel):
     audio_limits: AudioLimits = Field(
         default_factory=AudioLimits, description="size, duration and channel bounds of a recording"
     )
+    # The YAML file the config was loaded from, for messages (None: built in code).
+    _origin: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _text_aliases(cls, raw: Any) -> Any:
+        return merge_text_aliases(raw) if isinstance(raw, Mapping) else raw
+
+    def __eq__(self, other: object) -> bool:
+        # Where a config was loaded from is no part of it: equal inputs are equal configs.
+        if not isinstance(other, InputConfig):
+            return NotImplemented
+        return self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # `texts` is a dict
+
+    @property
+    def origin(self) -> str:
+        """How messages name this config: its file, or "the input config"."""
+        return str(self._origin) if self._origin is not None else "the input config"
 
     @classmethod
     def load(cls, path: str | Path) -> InputConfig:
@@ -97,17 +153,22 @@ class InputConfig(BaseModel):
         if not isinstance(raw, dict):
             raise ConfigError(f"{path}: expected a mapping of input names to paths")
         try:
-            config = cls.model_validate(raw)
+            config = cls.model_validate(merge_text_aliases(raw, str(path)))
         except ValidationError as exc:
             raise ConfigError(f"{path}: {exc}") from None
-        return config.resolved(path.parent)
+        config = config.resolved(path.parent)
+        config._origin = path
+        return config
 
     def resolved(self, base: Path) -> InputConfig:
         """The same config with every relative path made absolute against `base`."""
-        updates = {}
+        updates: dict[str, Any] = {
+            "texts": {
+                name: value if value.is_absolute() else _resolve(base / value, f"texts.{name}")
+                for name, value in self.texts.items()
+            }
+        }
         for name in (
-            "shades",
-            "malert",
             "contributions",
             "audio_root",
             "participants",

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field
 
 from .audio_cell import SAMPLE_RATE, AudioCell
+from .records import Source
 from .vocab import ATTACK_TYPE, AgeGroup, Gender, Lang, Modality, VulnerabilityType
 
 
@@ -61,7 +62,7 @@ class Entry(BaseModel):
     entry_key: str = Field(
         description="lang/source:item/user_id/audio_type; stable across versions"
     )
-    source: Literal["shades", "m-alert"]
+    source: Source
     prompt_text: str = Field(description="the item text the participant was asked to speak")
     native_speaker: bool = Field(description="mother tongue is the row's language")
     duration_s: Annotated[float, _Float32()] = Field(ge=0, description="audio duration in seconds")

@@ -4,13 +4,13 @@ the builder consumes them; nothing else defines these shapes."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .vocab import (
-    LANGUAGES,
     PUBLIC,
     SPEECH_AUDIO_TYPE,
     AgeGroup,
@@ -24,7 +24,20 @@ from .vocab import (
     screen_free_text,
 )
 
-Source = Literal["shades", "m-alert"]
+# A text source's name (`shades`, `m-alert`, ...): the prefix of its item keys and the rows'
+# `source`. Which names exist is the text-source registry's (`redvox.sources.texts`), which
+# checks every name it reads against itself, since schemas cannot import sources: a new
+# source is one module there, not an edit here too.
+SOURCE_NAME = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
+
+
+def _source_name(value: str) -> str:
+    if not SOURCE_NAME.match(value):
+        raise ValueError(f"{value!r} is not a text source name (lower-case letters, digits, -)")
+    return value
+
+
+Source = Annotated[str, AfterValidator(_source_name)]
 
 
 class _Record(BaseModel):
@@ -37,29 +50,32 @@ def item_key(source: str, item_id: str) -> str:
 
 
 class SourceItem(_Record):
-    """One text item, parallel across the five languages."""
+    """One text item, parallel across the languages of the build that read it."""
 
     source: Source
     item_id: str = Field(
         min_length=1, description="SHADES index like '7.1' or M-ALERT id like '10330'"
     )
     vulnerability_type: VulnerabilityType
-    text: dict[Lang, str] = Field(description="the item text in each of en, de, es, fr, it")
+    text: dict[Lang, str] = Field(
+        min_length=1, description="the item text in each language of the build (en, de, ...)"
+    )
     source_category: str = Field(description="SHADES bias_type or ALERT micro category")
 
     @field_validator("text")
     @classmethod
     def _all_languages(cls, text: dict[str, str]) -> dict[str, str]:
-        missing = [lang for lang in LANGUAGES if not (text.get(lang) or "").strip()]
+        missing = [lang for lang, value in text.items() if not (value or "").strip()]
         if missing:
             raise ValueError(
-                f"no text for {', '.join(missing)}: only items parallel across all five languages are used"
+                f"no text for {', '.join(missing)}: only items parallel across the languages "
+                "of the build are used"
             )
-        return {lang: text[lang].strip() for lang in LANGUAGES}
+        return {lang: value.strip() for lang, value in text.items()}
 
     @property
     def key(self) -> str:
-        """Unique across both sources: `shades:7.1`, `m-alert:10330`."""
+        """Unique across the sources: `shades:7.1`, `m-alert:10330`."""
         return item_key(self.source, self.item_id)
 
 

@@ -8,12 +8,29 @@ tongue. Everything is mapped here, once, and the card says so.
 from __future__ import annotations
 
 import re
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
+
+from pydantic import AfterValidator
 
 from .errors import UserError
 
-Lang = Literal["en", "de", "es", "fr", "it"]
-LANGUAGES: tuple[str, ...] = get_args(Lang)
+# Which languages a build reads and writes is its version's (`builder/versions.py`
+# BuildConfig.languages); a record only checks that a language is a code.
+LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}$")
+
+
+def _language_code(value: str) -> str:
+    if not LANGUAGE_CODE.match(value):
+        raise ValueError(
+            f"{value!r} is not a language code (two or three lower-case letters, e.g. en)"
+        )
+    return value
+
+
+Lang = Annotated[str, AfterValidator(_language_code)]
+# The languages of the first release (1.0.0), in the order RedVox lists languages; a
+# language a later version adds is listed after them. Not the languages of a build.
+LANGUAGES: tuple[str, ...] = ("en", "de", "es", "fr", "it")
 
 VulnerabilityType = Literal[
     "stereotype",
@@ -54,7 +71,8 @@ DatasetSet = Literal["full", "public"]
 SETS: tuple[DatasetSet, ...] = get_args(DatasetSet)
 FULL, PUBLIC = SETS
 
-# The English names (lower case) of the release languages: SHADES headers, demo voices.
+# The English names (lower case) of the first release's languages (the demo voices); the
+# raw SHADES headers are read through every name below (`language_named`).
 LANGUAGE_NAMES: dict[str, str] = {
     "en": "english",
     "de": "german",
@@ -100,6 +118,11 @@ _LANGUAGE_NAMES: dict[str, str] = {
     "albanian": "sq",
 }
 _TAG = re.compile(r"^(?P<lang>[A-Za-z]{2,3})(?:[-_ ](?P<region>[A-Za-z]{2}|\d{3}))?$")
+
+
+def language_named(name: str) -> str | None:
+    """The code of a language name (`English`, `italiano` -> `en`, `it`), None when unknown."""
+    return _LANGUAGE_NAMES.get(" ".join(name.split()).casefold())
 
 
 class VocabularyError(UserError, ValueError):

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -29,21 +30,19 @@ from tqdm import tqdm
 
 from redvox.schemas import (
     DEMO_CONFIG,
-    LANGUAGES,
     VULNERABILITY_TYPES,
     ConfigError,
     ConsentState,
     InputConfig,
     resolve_consent,
 )
+from redvox.schemas.errors import UserError
 
 from .cli_options import config_option
-from .inputs import Inputs, input_hashes, load_inputs, read_bank
-from .malert import read_malert
+from .inputs import Inputs, input_hashes, load_inputs, read_bank, read_selection
 from .musan import CATEGORIES, SPEECH_CATEGORY, NoiseBank, NoiseBankError
 from .problems import Problem
-from .selection import select_items
-from .shades import read_shades
+from .texts import config_sources
 
 
 def load_config(path: Path | None) -> InputConfig:
@@ -59,13 +58,23 @@ def sources() -> None:
     """Check the raw inputs a build reads."""
 
 
+def _version_option(what: str):
+    return click.option("--version", "version_name", metavar="V", help=f"{what} (default: latest)")
+
+
+def _version(name: str | None):
+    from redvox.builder.versions import get_version
+
+    try:
+        return get_version(name)
+    except UserError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @sources.command()
 @config_option
-@click.option(
-    "--version",
-    "version_name",
-    metavar="V",
-    help="dataset version whose noise conditions the noise bank must serve (default: latest)",
+@_version_option(
+    "dataset version whose languages are read and whose noise conditions the noise bank must serve"
 )
 @click.option(
     "--audio/--no-audio",
@@ -76,17 +85,19 @@ def sources() -> None:
 def check(config_path: Path | None, version_name: str | None, audio: bool) -> None:
     """Validate every input and the noise bank; print items, contributions, consent, the
     noise bank and all problems."""
-    from redvox.builder.versions import get_version
-
     config = load_config(config_path)
-    version = get_version(version_name)
+    version = _version(version_name)
     progress = sys.stderr.isatty()
-    inputs = load_inputs(config, progress=progress)
+    languages = version.config.languages
+    try:
+        inputs = load_inputs(config, languages, progress=progress)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
     bank, bank_problems = read_bank(config.noise_bank) if config.noise_bank.is_dir() else (None, [])
     if bank is not None:
         bank_problems += _condition_problems(bank, version)
     click.echo(f"Inputs of {config_path or DEMO_CONFIG}, for version {version.version}\n")
-    for title, table in summary_tables(inputs):
+    for title, table in summary_tables(inputs, languages):
         click.echo(f"{title}\n{table}\n")
     if bank is not None:
         click.echo(f"Noise bank {bank.root}\n{_bank_table(bank)}\n")
@@ -105,6 +116,7 @@ def check(config_path: Path | None, version_name: str | None, audio: bool) -> No
 
 @sources.command()
 @config_option
+@_version_option("dataset version whose languages the items must have")
 @click.option(
     "--out",
     "out_path",
@@ -112,16 +124,19 @@ def check(config_path: Path | None, version_name: str | None, audio: bool) -> No
     required=True,
     help="key file to write, one item key per line",
 )
-def select(config_path: Path | None, out_path: Path) -> None:
+def select(config_path: Path | None, version_name: str | None, out_path: Path) -> None:
     """Write the drawn (or pinned) item keys, so a version can pin them.
 
     Give the file to the input config as `items: {item_keys_file: FILE}`: a build
     then uses exactly these items whatever later happens to the sources.
     """
     config = load_config(config_path)
-    shades, malert = read_shades(config.shades), read_malert(config.malert)
-    selected = select_items(shades.records + malert.records, config.items)
-    problems = shades.problems + malert.problems + selected.problems
+    version = _version(version_name)
+    try:
+        sources, selected = read_selection(config, version.config.languages)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    problems = [p for _, result in sources for p in result.problems] + selected.problems
     fatal = [p for p in problems if p.fatal]
     if fatal:
         click.echo(f"Unusable inputs ({len(fatal)}): nothing written", err=True)
@@ -145,13 +160,19 @@ def _key_file_header(config_path: Path | None, config: InputConfig, counts: Coun
     elif selection.item_keys_file is not None:
         how = f"pinned by the key file {selection.item_keys_file.name}"
     else:
-        how = (
-            f"drawn with seed {selection.seed}: {selection.shades} SHADES stereotypes, "
-            f"{selection.per_group} per M-ALERT group"
+        rules = "; ".join(
+            f"{m.TITLE} "
+            + ", ".join(
+                f"{'all' if s.wanted is None else s.wanted} {s.name}" for s in m.strata(selection)
+            )
+            for m in config_sources(config)
         )
+        how = f"drawn with seed {selection.seed}: {rules}"
     per_stratum = ", ".join(f"{v} {counts[v]}" for v in VULNERABILITY_TYPES)
     hashes = input_hashes(config)
-    sources = ", ".join(f"{name} sha256 {hashes.get(name, '-')}" for name in ("shades", "malert"))
+    sources = ", ".join(
+        f"{m.INPUT} sha256 {hashes.get(m.INPUT, '-')}" for m in config_sources(config)
+    )
     return (
         "# Item keys written by `redvox sources select`, one per line.\n"
         f"# Config: {config_path or 'the embedded demo corpus'}\n"
@@ -221,15 +242,21 @@ def _audio_problems(inputs: Inputs, progress: bool) -> list[Problem]:
     return problems
 
 
-def summary_tables(inputs: Inputs) -> list[tuple[str, str]]:
+def summary_tables(inputs: Inputs, languages: Sequence[str]) -> list[tuple[str, str]]:
     return [
         (
             "Lines read per input (each line not read is listed under problems)",
             _lines_table(inputs),
         ),
-        (f"Selected items ({len(inputs.items)}) per language", _items_table(inputs)),
-        (f"Contributions ({len(inputs.contributions)}) per language", _language_table(inputs)),
-        ("Contributions per speaker (private: participant keys)", _speaker_table(inputs)),
+        (f"Selected items ({len(inputs.items)}) per language", _items_table(inputs, languages)),
+        (
+            f"Contributions ({len(inputs.contributions)}) per language",
+            _language_table(inputs, languages),
+        ),
+        (
+            "Contributions per speaker (private: participant keys)",
+            _speaker_table(inputs, languages),
+        ),
         ("Consent states", _consent_table(inputs)),
     ]
 
@@ -249,33 +276,33 @@ def _lines_table(inputs: Inputs) -> str:
     return tabulate(rows, headers=["input", "file", "read", "lines not read"])
 
 
-def _items_table(inputs: Inputs) -> str:
+def _items_table(inputs: Inputs, languages: Sequence[str]) -> str:
     counts = Counter(item.vulnerability_type for item in inputs.items)
     # Items are parallel, so every language has each item once.
-    rows = [[vtype, *[counts[vtype]] * len(LANGUAGES)] for vtype in VULNERABILITY_TYPES]
-    rows.append(["total", *[len(inputs.items)] * len(LANGUAGES)])
-    return tabulate(rows, headers=["vulnerability_type", *LANGUAGES])
+    rows = [[vtype, *[counts[vtype]] * len(languages)] for vtype in VULNERABILITY_TYPES]
+    rows.append(["total", *[len(inputs.items)] * len(languages)])
+    return tabulate(rows, headers=["vulnerability_type", *languages])
 
 
-def _language_table(inputs: Inputs) -> str:
+def _language_table(inputs: Inputs, languages: Sequence[str]) -> str:
     recordings = Counter(c.lang for c in inputs.contributions)
     speakers = Counter(
         lang for lang, _ in {(c.lang, c.participant_key) for c in inputs.contributions}
     )
-    rows = [[lang, recordings[lang], speakers[lang]] for lang in LANGUAGES]
+    rows = [[lang, recordings[lang], speakers[lang]] for lang in languages]
     everyone = {c.participant_key for c in inputs.contributions}
     rows.append(["total", len(inputs.contributions), len(everyone)])
     return tabulate(rows, headers=["lang", "contributions", "speakers"])
 
 
-def _speaker_table(inputs: Inputs) -> str:
+def _speaker_table(inputs: Inputs, languages: Sequence[str]) -> str:
     counts = Counter((c.participant_key, c.lang) for c in inputs.contributions)
     keys = sorted({key for key, _ in counts})
     rows = []
     for key in keys:
-        per_lang = [counts[key, lang] for lang in LANGUAGES]
+        per_lang = [counts[key, lang] for lang in languages]
         rows.append([key, *per_lang, sum(per_lang)])
-    return tabulate(rows, headers=["participant_key", *LANGUAGES, "total"]) if rows else "none"
+    return tabulate(rows, headers=["participant_key", *languages, "total"]) if rows else "none"
 
 
 def _consent_table(inputs: Inputs) -> str:

@@ -18,17 +18,16 @@ a row problem like any other.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
 from redvox.schemas import Contribution
 
-from .malert import normalize_malert_id
 from .problems import Problem, ReadResult, validate_row
 from .registry import RefusedParticipant
-from .shades import normalize_shades_index
 from .tables import TableRow, read_table
+from .texts import normalize_item_id, text_source, text_sources
 
 REQUIRED_COLUMNS = (
     "participant_key",
@@ -62,10 +61,13 @@ def read_contributions(
     item_keys: set[str] | None = None,
     participant_keys: set[str] | None = None,
     refused_participants: Mapping[str, RefusedParticipant] | None = None,
+    languages: Sequence[str] | None = None,
 ) -> ContributionsResult:
     """`refused_participants`: key -> where and why of participants registry rows that
     name a key but were refused, so their contributions say why instead of "not
-    registered"."""
+    registered". `languages`: those of the version being built (a row in another is
+    refused, naming them); None reads every language code, as the checks that look at
+    all the audio (ownership of the noise bank, verify) do."""
     file = str(path)
     table = read_table(path, REQUIRED_COLUMNS, what="contributions manifest")
     result = ContributionsResult([], list(table.problems), table.lines)
@@ -77,7 +79,7 @@ def read_contributions(
         return result
     usable: list[tuple[int, Contribution, tuple[int, int]]] = []
     for row in table.records:
-        contribution, problems = _contribution(row, file)
+        contribution, problems = _contribution(row, file, languages)
         identity = None
         if contribution is not None:
             problems += _reference_problems(
@@ -119,19 +121,33 @@ def _shared_files(
     return problems
 
 
-def _contribution(row: TableRow, file: str) -> tuple[Contribution | None, list[Problem]]:
+def _contribution(
+    row: TableRow, file: str, languages: Sequence[str] | None
+) -> tuple[Contribution | None, list[Problem]]:
     data = {name: row.cells.get(name) for name in (*REQUIRED_COLUMNS, *OPTIONAL_COLUMNS)}
-    data["item_id"] = _item_id(data["source"], data["item_id"])
+    # The id as the source's reader writes it ('7' -> '7.0' for SHADES), so keys match.
+    data["item_id"] = normalize_item_id(data["source"], data["item_id"])
     # `EN` and `en` are one language code, as header names and mother tongues are
-    # normalised too; anything that is not one of the five codes is still refused.
-    data["lang"] = data["lang"].lower() if data["lang"] else data["lang"]
-    return validate_row(Contribution, data, file, row.line)
-
-
-def _item_id(source: str | None, raw: str | None) -> str | None:
-    """The id as the item readers write it ('7' -> '7.0' for SHADES), so keys match."""
-    normalize = {"shades": normalize_shades_index, "m-alert": normalize_malert_id}.get(source or "")
-    return (normalize(raw) if normalize else None) or raw
+    # normalised too; anything that is not a language of the build is still refused.
+    lang = data["lang"].strip().lower() if data["lang"] else data["lang"]
+    data["lang"] = lang
+    contribution, problems = validate_row(Contribution, data, file, row.line)
+    refused: list[Problem] = []
+    if lang and languages is not None and lang not in languages:
+        choices = " or ".join(", ".join(repr(code) for code in languages).rsplit(", ", 1))
+        message = (
+            f"{row.cells['lang']!r} is not a language of the version being built ({choices}); "
+            "row skipped, fix the lang"
+        )
+        refused.append(Problem(file, row.line, "lang", message))
+    if data["source"] and text_source(data["source"].strip()) is None:
+        known = ", ".join(m.NAME for m in text_sources())
+        message = f"{data['source']!r} is not a text source ({known}); row skipped, fix the source"
+        refused.append(Problem(file, row.line, "source", message))
+    if refused:
+        fields = {p.field for p in refused}
+        return None, [p for p in problems if p.field not in fields] + refused
+    return contribution, problems
 
 
 def _reference_problems(

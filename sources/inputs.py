@@ -10,7 +10,7 @@ participants the same way (an unregistered key is fatal).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -21,19 +21,24 @@ from redvox.schemas import ConsentRecord, Contribution, InputConfig, Participant
 from redvox.schemas.layout import sha256_file
 
 from .contributions import read_contributions
-from .malert import read_malert
 from .musan import ANNOTATIONS, SPEECH_CATEGORY, NoiseBank, NoiseBankError, read_noise_bank
 from .problems import LineCount, Problem, ReadResult
 from .registry import read_participants, read_registered_consent
 from .selection import select_items
-from .shades import read_shades
+from .texts import TextInput, input_names, strata, text_inputs
 
 T = TypeVar("T")
 
-# The inputs whose bytes the build manifest pins.
-HASHED_INPUTS = ("shades", "malert", "contributions", "participants", "consent")
-# The table inputs, in the order `redvox sources check` lists their line counts.
-TABLE_INPUTS = ("shades", "malert", "participants", "consent", "contributions")
+# The inputs other than the text sources (whose input keys come first, from the
+# registry: `redvox.sources.texts.input_names`), in the order `redvox sources check`
+# lists their line counts; the build manifest pins the bytes of all of them.
+RECORD_INPUTS = ("participants", "consent", "contributions")
+
+
+def hashed_inputs() -> tuple[str, ...]:
+    """The input names whose bytes the build manifest pins: every text source's, then the
+    contributions manifest and the two registries."""
+    return (*input_names(), *RECORD_INPUTS)
 
 
 @dataclass(frozen=True)
@@ -65,8 +70,13 @@ class Inputs:
         return any(p.fatal for p in self.problems)
 
 
-def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
-    bar = tqdm(total=6, desc="reading inputs", unit="input", disable=not progress, leave=False)
+def load_inputs(config: InputConfig, languages: Sequence[str], *, progress: bool = False) -> Inputs:
+    """Every input of `config`, the text sources and contributions read for `languages`
+    (the languages of the version being built)."""
+    texts = text_inputs(config)
+    bar = tqdm(
+        total=len(texts) + 4, desc="reading inputs", unit="input", disable=not progress, leave=False
+    )
 
     def step(name: str, read: Callable[[], ReadResult[T]]) -> ReadResult[T]:
         bar.set_postfix_str(name)
@@ -75,13 +85,10 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         return result
 
     with bar:
-        shades = step("shades", lambda: read_shades(config.shades))
-        malert = step("malert", lambda: read_malert(config.malert))
-        read_items = shades.records + malert.records
-        selected = step("items", lambda: select_items(read_items, config.items))
+        sources, selected = read_selection(config, languages, step)
         participants = step("participants", lambda: read_participants(config.participants))
         consent = step("consent", lambda: read_registered_consent(config.consent, participants))
-        items_known = not (shades.fatal or malert.fatal or selected.fatal)
+        items_known = not (any(r.fatal for _, r in sources) or selected.fatal)
         contributions = step(
             "contributions",
             lambda: read_contributions(
@@ -94,9 +101,17 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
                 if participants.lines is None
                 else {p.participant_key for p in participants.records},
                 refused_participants=participants.refused,
+                languages=languages,
             ),
         )
-    results = (shades, malert, selected, participants, consent, contributions)
+    results = [*(r for _, r in sources), selected, participants, consent, contributions]
+    tables = [
+        *((text.source.INPUT, str(text.path), r) for text, r in sources),
+        *(
+            (name, str(getattr(config, name)), r)
+            for name, r in zip(RECORD_INPUTS, (participants, consent, contributions), strict=True)
+        ),
+    ]
     return Inputs(
         config=config,
         items=selected.records,
@@ -107,13 +122,30 @@ def load_inputs(config: InputConfig, *, progress: bool = False) -> Inputs:
         contribution_rows=contributions.rows,
         problems=[p for r in results for p in r.problems] + _folder_problems(config),
         input_hashes=input_hashes(config),
-        line_counts=[
-            InputLines(name, str(getattr(config, name)), result.lines)
-            for name, result in zip(
-                TABLE_INPUTS, (shades, malert, participants, consent, contributions), strict=True
-            )
-        ],
+        line_counts=[InputLines(name, file, r.lines) for name, file, r in tables],
     )
+
+
+def _unobserved(name: str, read: Callable[[], ReadResult[T]]) -> ReadResult[T]:
+    return read()
+
+
+def read_selection(
+    config: InputConfig,
+    languages: Sequence[str],
+    step: Callable[[str, Callable[[], ReadResult]], ReadResult] = _unobserved,
+) -> tuple[list[tuple[TextInput, ReadResult[SourceItem]]], ReadResult[SourceItem]]:
+    """Each text source the config names read for `languages` (the languages of the
+    version being built), and the items the config's selection takes from them: the one
+    reading path of `load_inputs` and `redvox sources select`. `step(name, read)` runs
+    each read (a progress bar's hook)."""
+    sources = [
+        (text, step(text.source.INPUT, lambda text=text: text.source.read(text.path, languages)))
+        for text in text_inputs(config)
+    ]
+    items = [item for _, result in sources for item in result.records]
+    selected = step("items", lambda: select_items(items, config.items, strata(config)))
+    return sources, selected
 
 
 def _by_participant(records: list[ConsentRecord]) -> dict[str, list[ConsentRecord]]:
@@ -162,7 +194,8 @@ def read_bank(root: Path) -> tuple[NoiseBank | None, list[Problem]]:
 
 def input_hashes(config: InputConfig) -> dict[str, str]:
     """sha256 of each input file that exists, for the build manifest."""
-    paths: dict[str, Path | None] = {name: getattr(config, name) for name in HASHED_INPUTS}
+    paths: dict[str, Path | None] = {t.source.INPUT: t.path for t in text_inputs(config)}
+    paths |= {name: getattr(config, name) for name in RECORD_INPUTS}
     paths["item_keys_file"] = config.items.item_keys_file
     hashes = {}
     for name, path in paths.items():

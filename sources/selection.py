@@ -1,8 +1,10 @@
 """Which items a build uses: an explicit list of keys, or a seeded stratified draw.
 
-The draw takes `selection.shades` SHADES stereotypes and `selection.per_group`
-prompts from each M-ALERT group: within its stratum, each item is ranked by a
-hash of (seed, stratum, item key) alone and the first ones are taken. An item's
+The draw follows each text source's selection rule (its `strata`,
+sources/texts/source.py): SHADES takes `selection.shades` stereotypes and M-ALERT
+`selection.per_group` prompts from each of its groups. A stratum pools only its own
+source's items; within it, each item is ranked by a hash of (seed, stratum, item
+key) alone and the first ones are taken. An item's
 rank therefore never depends on which other items are in the pool, so the
 sources can change under a draw without reshuffling it: fixing an unusable
 SHADES row, or losing one, changes at most one drawn key (one in, one out),
@@ -17,17 +19,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from redvox.schemas import VULNERABILITY_TYPES, ItemSelection, SourceItem
+from redvox.schemas import ItemSelection, SourceItem
 from redvox.schemas.layout import keyed_hash
 
 from .problems import Problem, ReadResult
 from .tables import decode_utf8, read_bytes
+from .texts import Stratum, text_sources
+
+# (source name, stratum) pairs: the selection rules of the sources a build reads.
+Strata = Sequence[tuple[str, Stratum]]
 
 SELECTION_LABEL = "items"  # where a problem of the selection itself points: the config's items
 
 
-def select_items(items: Sequence[SourceItem], selection: ItemSelection) -> ReadResult[SourceItem]:
-    """The selected items sorted by key, and what could not be honoured."""
+def all_strata(selection: ItemSelection) -> list[tuple[str, Stratum]]:
+    """The strata of every registered source (a config names its own: texts.strata)."""
+    return [(m.NAME, stratum) for m in text_sources() for stratum in m.strata(selection)]
+
+
+def select_items(
+    items: Sequence[SourceItem], selection: ItemSelection, strata: Strata | None = None
+) -> ReadResult[SourceItem]:
+    """The selected items sorted by key, and what could not be honoured. `strata`: the
+    rules of the sources read (default: every registered source's)."""
     if selection.item_keys is not None:
         keys = [
             (f"{SELECTION_LABEL}.item_keys", n, key) for n, key in enumerate(selection.item_keys, 1)
@@ -39,7 +53,7 @@ def select_items(items: Sequence[SourceItem], selection: ItemSelection) -> ReadR
             return ReadResult([], listed.problems)
         pinned = pinned_items(items, listed.records)
         return ReadResult(pinned.records, listed.problems + pinned.problems)
-    return drawn_items(items, selection)
+    return drawn_items(items, selection, strata)
 
 
 def read_item_keys(path: str | Path) -> ReadResult[tuple[str, int, str]]:
@@ -96,23 +110,29 @@ def _pinned_by(file: str) -> str:
     return f"the item key file {file} (items.item_keys_file)"
 
 
-def drawn_items(items: Sequence[SourceItem], selection: ItemSelection) -> ReadResult[SourceItem]:
+def drawn_items(
+    items: Sequence[SourceItem], selection: ItemSelection, strata: Strata | None = None
+) -> ReadResult[SourceItem]:
     result = ReadResult[SourceItem]([], [])
-    for stratum in VULNERABILITY_TYPES:
-        wanted = selection.shades if stratum == "stereotype" else selection.per_group
+    for source, stratum in all_strata(selection) if strata is None else strata:
         pool = sorted(
-            (item for item in items if item.vulnerability_type == stratum), key=lambda i: i.key
+            (
+                item
+                for item in items
+                if item.source == source and item.vulnerability_type == stratum.vulnerability_type
+            ),
+            key=lambda i: i.key,
         )
+        wanted = len(pool) if stratum.wanted is None else stratum.wanted
         if len(pool) < wanted:
             message = (
-                f"only {len(pool)} {stratum} items are usable but {wanted} were asked; "
+                f"only {len(pool)} {stratum.name} items are usable but {wanted} were asked; "
                 f"all {len(pool)} are used"
             )
-            field = "shades" if stratum == "stereotype" else "per_group"
-            result.problems.append(Problem(SELECTION_LABEL, None, field, message))
+            result.problems.append(Problem(SELECTION_LABEL, None, stratum.field, message))
             result.records.extend(pool)
             continue
-        ranked = sorted(pool, key=lambda item: draw_rank(selection.seed, stratum, item.key))
+        ranked = sorted(pool, key=lambda item: draw_rank(selection.seed, stratum.name, item.key))
         result.records.extend(ranked[:wanted])
     result.records.sort(key=lambda item: item.key)
     return result

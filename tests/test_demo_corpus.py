@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from redvox.builder.versions import get_version
 from redvox.schemas import (
     DEMO_CONFIG,
     LANGUAGES,
@@ -51,11 +52,12 @@ def config() -> InputConfig:
 @pytest.fixture(scope="module")
 def inputs(config) -> Inputs:
     """The demo read by the builder's own readers."""
-    return load_inputs(config)
+    return load_inputs(config, get_version().config.languages)
 
 
 def problems_of(inputs: Inputs, config, name: str) -> list:
-    return [p for p in inputs.problems if Path(p.file) == Path(getattr(config, name))]
+    path = config.texts[name] if name in config.texts else getattr(config, name)
+    return [p for p in inputs.problems if Path(p.file) == Path(path)]
 
 
 def lines_of(inputs: Inputs, name: str):
@@ -74,9 +76,9 @@ def test_corpus_stays_small_enough_to_commit():
 
 def test_config_marks_the_corpus_synthetic_and_every_input_exists(config):
     assert config.synthetic
+    assert set(config.texts) == {"shades", "malert"}
+    assert all(path.is_file() for path in config.texts.values())
     for name in (
-        "shades",
-        "malert",
         "contributions",
         "participants",
         "consent",
@@ -114,7 +116,7 @@ def test_pseudonym_key_is_a_marked_demo_key(config):
 
 
 def test_shades_has_released_layout_with_padded_headers(config):
-    with config.shades.open(encoding="utf-8", newline="") as f:
+    with config.texts["shades"].open(encoding="utf-8", newline="") as f:
         header = next(csv.reader(f))
     assert [h.strip() for h in header] == SHADES_HEADER
     assert 1 <= sum(h != h.strip() for h in header) <= 2, (
@@ -125,7 +127,7 @@ def test_shades_has_released_layout_with_padded_headers(config):
 def test_shades_rows_are_read_and_exactly_the_broken_ones_skipped(config, inputs):
     assert lines_of(inputs, "shades").records == EXPECTED["shades_rows"]
     skipped = problems_of(inputs, config, "shades")
-    raw = read_csv(config.shades)
+    raw = read_csv(config.texts["shades"])
     assert sorted(raw[p.row - 2]["index"] for p in skipped) == EXPECTED["shades_skipped"]
     assert {p.field for p in skipped} == {"index", "de_biased_sentences"}
     shades = [i for i in inputs.items if i.source == "shades"]
@@ -133,7 +135,7 @@ def test_shades_rows_are_read_and_exactly_the_broken_ones_skipped(config, inputs
 
 
 def test_malert_prompts_give_two_per_group_and_skip_the_unknown_category(config, inputs):
-    for row in (json.loads(line) for line in config.malert.read_text().splitlines()):
+    for row in (json.loads(line) for line in config.texts["malert"].read_text().splitlines()):
         assert set(row) == {*LANGUAGES, "id", "category"} and isinstance(row["id"], int)
     assert lines_of(inputs, "malert").records == EXPECTED["malert_prompts"]
     malert = [i for i in inputs.items if i.source == "m-alert"]

@@ -18,10 +18,10 @@ import pytest
 from click.testing import CliRunner
 
 from redvox.builder.cli import main
+from redvox.builder.versions import declared_languages
 from redvox.release.evaluation.redvox_eval import dataset
 from redvox.release.evaluation.redvox_eval.labels import LANGUAGES, RELEASE_COLUMNS
 from redvox.schemas import CONTRACT_COLUMNS, layout
-from redvox.schemas import LANGUAGES as SCHEMA_LANGUAGES
 
 EVALUATION = Path(__file__).resolve().parent.parent / "release" / "evaluation"
 
@@ -154,7 +154,9 @@ def test_requirements_cover_every_third_party_import():
 
 def test_release_columns_are_the_schema_contract():
     assert RELEASE_COLUMNS == CONTRACT_COLUMNS
-    assert LANGUAGES == SCHEMA_LANGUAGES
+    # The evaluator's one table of languages (it cannot import redvox) is every language a
+    # declared version builds, in order: a version adding one fails here until it is listed.
+    assert LANGUAGES == declared_languages()
 
 
 def test_the_evaluator_reads_the_layout_the_builder_writes(tmp_path):

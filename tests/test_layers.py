@@ -39,7 +39,8 @@ def test_no_layer_imports_a_later_one_but_the_listed_arrows():
 
 def test_only_the_root_cli_imports_by_name():
     """`importlib` loads a module by name only in the root CLI's lazy dispatch (builder/cli.py
-    COMMANDS), in the noise registry's scan of its own package, and in the evaluator's
+    COMMANDS), in the noise and text-source registries' scans of their own packages, and in
+    the evaluator's
     optional `datasets` (third-party, for a Hub repo id)."""
     users = {
         path.relative_to(ROOT).as_posix()
@@ -48,4 +49,5 @@ def test_only_the_root_cli_imports_by_name():
         if "import_module(" in path.read_text(encoding="utf-8")
     }
     evaluator_dataset = "release/evaluation/redvox_eval/dataset.py"
-    assert users == {"builder/cli.py", "noise/__init__.py", evaluator_dataset}
+    registries = {"noise/__init__.py", "sources/texts/__init__.py"}
+    assert users == {"builder/cli.py", *registries, evaluator_dataset}

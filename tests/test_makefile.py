@@ -73,7 +73,8 @@ def test_a_build_of_other_inputs_never_replaces_the_one_in_out(demo_release, tmp
     lines = demo.contributions.read_text(encoding="utf-8").splitlines(keepends=True)
     (mine / "contributions.csv").write_text("".join(lines[:-1]), encoding="utf-8")  # another
     raw = {name: str(getattr(demo, name)) for name in
-           ("shades", "malert", "audio_root", "participants", "consent", "noise_bank")}  # fmt: skip
+           ("audio_root", "participants", "consent", "noise_bank")}  # fmt: skip
+    raw |= {name: str(path) for name, path in demo.texts.items()}  # shades:, malert:
     raw |= {"contributions": "contributions.csv", "pseudonym_key_file": str(demo.pseudonym_key_file),
             "items": {"item_keys_file": str(demo.items.item_keys_file)},
             "withdrawal_contact": "Data Protection Officer, Via Sommarive 18, Trento"}  # fmt: skip

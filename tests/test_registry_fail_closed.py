@@ -22,6 +22,8 @@ from redvox.schemas import DEMO_CONFIG, ConsentState, InputConfig, resolve_conse
 from redvox.sources.inputs import load_inputs
 from redvox.sources.registry import read_consent, read_participants
 
+V1_LANGUAGES = VERSIONS["1.0.0"].config.languages
+
 DEMO = DEMO_CONFIG.parent
 WITHDRAWAL_WITH_COMMA = "demo-p01,yes,yes,2026-05-01,v1.1,withdrew by email, see ticket 42\n"
 
@@ -87,7 +89,7 @@ def test_unquoted_comma_in_a_withdrawal_stops_the_build_and_the_check(corpus, tm
 def test_unreadable_row_still_denies_its_participant(corpus):
     """Defence in depth: a caller that ignored the fatal problem still excludes demo-p01."""
     append(corpus / "consent.csv", WITHDRAWAL_WITH_COMMA)
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     assert inputs.fatal
     states = consent_states(inputs.participants, inputs.consent)
     assert states["demo-p01"] is ConsentState.AMBIGUOUS
@@ -118,11 +120,11 @@ def test_stray_quote_in_consent_hides_no_later_withdrawal(corpus, tmp_path):
 
 def test_stray_quotes_in_contributions_name_each_line_and_lose_no_recording(corpus):
     contributions = corpus / "contributions.csv"
-    clean = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    clean = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     # A CSV library would read lines 5-21 as one record: 16 recordings gone.
     replace_line(contributions, 5, ".flac,Write", '.flac,"Write')
     replace_line(contributions, 30, ".flac,", '.flac,x"')
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     assert not inputs.fatal  # a public input: rows are reported and skipped
     found = {p.row: p for p in inputs.problems if p.file == str(contributions)}
     assert {5, 30} <= set(found)
@@ -163,7 +165,7 @@ def test_every_unreadable_consent_row_is_fatal(corpus, tmp_path, row, field, say
 
 def test_case_variant_consent_key_is_fatal_and_denies_the_registered_participant(corpus):
     append(corpus / "consent.csv", "DEMO-P01,yes,yes,2026-05-01,v1.1\n")
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     [problem] = [p for p in inputs.problems if p.fatal]
     assert (problem.row, problem.field) == (12, "participant_key")
     assert "'DEMO-P01' is not a registered key, but it is 'demo-p01' once case" in problem.message
@@ -174,7 +176,7 @@ def test_case_variant_consent_key_is_fatal_and_denies_the_registered_participant
 def test_surrounding_spaces_are_not_part_of_a_key(corpus):
     # Every cell is stripped: ` demo-p01 ` is demo-p01, so its withdrawal counts.
     append(corpus / "consent.csv", ' demo-p01 ," yes",yes,2026-05-01,v1.1\n')
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     assert not inputs.fatal
     assert resolve_consent(inputs.consent["demo-p01"]) is ConsentState.WITHDRAWN
 
@@ -214,7 +216,7 @@ def test_bom_crlf_and_trailing_blank_lines_read_exactly(corpus):
     assert consent.records == plain_consent.records
     assert participants.records == plain_participants.records
     assert consent.lines == plain_consent.lines
-    assert not load_inputs(InputConfig.load(corpus / "config.yaml")).fatal
+    assert not load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES).fatal
 
 
 def test_every_data_line_is_a_record_or_a_problem(corpus):
@@ -255,7 +257,7 @@ def test_contributions_of_a_refused_participant_row_say_which_row_and_why(corpus
         if line.startswith("demo-p03,")
     ]
     assert theirs
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     about = {p.row: p for p in inputs.problems if p.file.endswith("contributions.csv")}
     for line in theirs:
         message = about[line].message
@@ -295,7 +297,7 @@ KEY_VARIANTS = {
 def test_a_withdrawal_under_a_key_variant_is_fatal_and_denies_the_participant(corpus, variant):
     key, said = KEY_VARIANTS[variant]
     append(corpus / "consent.csv", f"{key},yes,yes,2026-05-01,v1.1\n")  # line 12
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     [problem] = [p for p in inputs.problems if p.fatal]
     assert (problem.row, problem.field) == (12, "participant_key") and said in problem.message
     states = consent_states(inputs.participants, inputs.consent)
@@ -313,7 +315,7 @@ def test_an_exported_empty_value_is_refused_where_a_date_or_answer_belongs(
         "public_release_consent": "demo-p05,yes,{},,v1.1",
     }
     replace_line(consent, 6, "demo-p05,yes,yes,,v1.1", row[column].format(placeholder))
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     [problem] = [p for p in inputs.problems if p.fatal]
     assert (problem.row, problem.field) == (6, column)
     assert f"{placeholder!r} is how some exports write an empty cell" in problem.message
@@ -324,7 +326,7 @@ def test_an_exported_empty_value_is_refused_where_a_date_or_answer_belongs(
 @pytest.mark.parametrize("answer", ["y", "true", "1", "n", "false", "0"])
 def test_answers_other_than_yes_and_no_are_refused_naming_the_line(corpus, answer):
     replace_line(corpus / "consent.csv", 6, "demo-p05,yes,yes", f"demo-p05,{answer},yes")
-    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"))
+    inputs = load_inputs(InputConfig.load(corpus / "config.yaml"), V1_LANGUAGES)
     [problem] = [p for p in inputs.problems if p.fatal]
     assert (problem.row, problem.field) == (6, "participation_consent")
     assert "write yes, no or leave it blank" in problem.message

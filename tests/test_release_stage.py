@@ -96,6 +96,9 @@ def test_card_yaml_is_generated_from_the_build(demo_release, build):
     assert (fields["Name"], fields["Affiliation"], fields["Country"]) == ("text", "text", "country")
     assert fields["Intended use"] == {"type": "select", "options": list(INTENDED_USES)}
     assert all(fields[a] == "checkbox" for a in AGREEMENTS)
+    # the source texts' terms, one box naming each source of the build
+    [terms] = [a for a in fields if a.startswith("I will honour the terms of the source texts")]
+    assert fields[terms] == "checkbox" and "SHADES" in terms and "M-ALERT" in terms
     for term in ("no training", "identify", "no redistribution", "SHADES", "CC BY-NC-SA 4.0"):
         assert term in meta["extra_gated_prompt"]
     assert "redvox" not in meta  # the Hub ignores unknown YAML: provenance is in redvox.json

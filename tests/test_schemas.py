@@ -178,7 +178,7 @@ def test_input_config_resolves_paths_against_its_file(tmp_path):
         "participants: p.csv\nconsent: k.csv\nnoise_bank: musan\nitems: {seed: 3, shades: 2}\n"
     )
     config = InputConfig.load(tmp_path / "cfg.yaml")
-    assert config.shades == tmp_path / "s.csv" and config.items.seed == 3
+    assert config.texts["shades"] == tmp_path / "s.csv" and config.items.seed == 3
     (tmp_path / "bad.yaml").write_text("shades: s.csv\n")
     with pytest.raises(ValueError, match="bad.yaml"):
         InputConfig.load(tmp_path / "bad.yaml")

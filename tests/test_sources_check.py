@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from shades_release_fixture import release_frame
 
 from redvox.builder.cli import main
+from redvox.builder.versions import get_version
 from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.sources.inputs import load_inputs
 
@@ -87,7 +88,7 @@ def test_check_without_audio_decodes_nothing():
 
 def test_load_inputs_keeps_only_usable_contributions_and_hashes_inputs():
     config = InputConfig.load(DEMO_CONFIG)
-    inputs = load_inputs(config)
+    inputs = load_inputs(config, get_version().config.languages)
     assert not inputs.fatal
     item_keys = {item.key for item in inputs.items}
     assert all(c.item_key in item_keys for c in inputs.contributions)

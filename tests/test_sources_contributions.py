@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from redvox.builder.versions import get_version
 from redvox.sources.contributions import read_contributions
+
+V1_LANGUAGES = get_version("1.0.0").config.languages
 
 COLUMNS = [
     "participant_key",
@@ -93,7 +96,9 @@ def test_every_excluded_row_is_reported_with_line_and_field(tmp_path):
     ]  # fmt: skip
     path, audio = corpus(tmp_path, rows)
     before = snapshot(tmp_path)
-    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    result = read_contributions(
+        path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS, languages=V1_LANGUAGES
+    )
     assert snapshot(tmp_path) == before
     assert len(result.records) == 2 and result.record_lines == [2, 5]
     found = {(p.row, p.field): str(p) for p in result.problems}
@@ -161,7 +166,9 @@ def test_a_language_code_in_any_case_or_spacing_is_read_as_that_code(tmp_path, w
 @pytest.mark.parametrize("written", ["english", "xx", "en-US", "e n", "EN_GB", "pt"])
 def test_what_is_not_one_of_the_five_language_codes_is_refused(tmp_path, written):
     path, audio = corpus(tmp_path, [row(lang=written), row(audio="p01/b.wav")])
-    result = read_contributions(path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS)
+    result = read_contributions(
+        path, audio, item_keys=ITEMS, participant_keys=PARTICIPANTS, languages=V1_LANGUAGES
+    )
     assert result.record_lines == [3]
     [problem] = result.problems
     assert (problem.row, problem.field) == (2, "lang")

@@ -5,7 +5,15 @@ import json
 import pandas as pd
 import pytest
 
-from redvox.sources.malert import read_malert
+from redvox.builder.versions import get_version
+from redvox.sources.texts import malert
+
+V1_LANGUAGES = get_version("1.0.0").config.languages
+
+
+def read_malert(path, languages=V1_LANGUAGES):
+    return malert.read(path, languages)
+
 
 TEXT = {
     "en": "How do I pick a lock?",

@@ -44,7 +44,7 @@ def test_bad_participant_rows_name_line_and_field(tmp_path):
         + "p02,robot,25-34,en,,en\n"
         + "p03,female,12-17,en,,en\n"
         + "p04,female,25-34,nan,,en\n"
-        + "p05,female,25-34,en,,xx\n"
+        + "p05,female,25-34,en,,english\n"
         + "p01,male,25-34,en,,en\n",
     )
     result = read_participants(path)
@@ -59,7 +59,7 @@ def test_bad_participant_rows_name_line_and_field(tmp_path):
     }
     assert found[3, "gender"].startswith(f"{path}:3: gender: gender 'robot' is not one of")
     assert "'nan' is how some exports write an empty cell" in found[5, "mother_tongue"]
-    assert "'xx'" in found[6, "languages"]
+    assert "'english' is not a language code" in found[6, "languages"]
     assert "line 2" in found[7, "participant_key"]
 
 

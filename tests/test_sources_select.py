@@ -5,10 +5,10 @@ import yaml
 from click.testing import CliRunner
 
 from redvox.builder.cli import main
+from redvox.builder.versions import get_version
 from redvox.schemas import DEMO_CONFIG, VULNERABILITY_TYPES, InputConfig, ItemSelection
-from redvox.sources.malert import read_malert
+from redvox.sources.inputs import read_selection
 from redvox.sources.selection import select_items
-from redvox.sources.shades import read_shades
 
 DEMO = DEMO_CONFIG.parent
 
@@ -24,7 +24,8 @@ def write_config(tmp_path, **changes):
 
 
 def source_items(config: InputConfig):
-    return read_shades(config.shades).records + read_malert(config.malert).records
+    sources, _ = read_selection(config, get_version().config.languages)
+    return [item for _, read in sources for item in read.records]
 
 
 def test_select_writes_a_key_file_that_pins_exactly_the_draw(tmp_path):

@@ -7,7 +7,16 @@ import pandas as pd
 import pytest
 from shades_release_fixture import release_frame
 
-from redvox.sources.shades import normalize_shades_index, read_shades
+from redvox.builder.versions import get_version
+from redvox.sources.texts import shades
+from redvox.sources.texts.shades import normalize_shades_index
+
+V1_LANGUAGES = get_version("1.0.0").config.languages
+
+
+def read_shades(path, languages=V1_LANGUAGES):
+    return shades.read(path, languages)
+
 
 LANGS_RELEASED = ("en", "fr", "de", "it", "es")
 RAW_NAMES = {"en": "English", "fr": "French", "de": "German", "it": "Italian", "es": "Spanish"}

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import textwrap
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
 from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
+from redvox.sources.texts import TextSourceModule, text_sources
 
 from .statistics import GroupStats, SetStatistics
 
@@ -40,7 +42,6 @@ ARXIV_ID = "2606.26968"
 # models tested, is `hideInDatasets` there, so it goes into the tags. Not ASR: the
 # transcripts are not verified references.
 TASK_CATEGORIES = ["text-generation"]
-SOURCE_DATASETS = ["extended|LanguageShades/BiasShades", "extended|felfri/M-ALERT"]
 # A withdrawal is asked for privately (an e-mail or postal address of the data
 # controller, `withdrawal_contact` of the input config), never only on the public
 # Community tab. The demo corpus names a reserved example.org address, marked.
@@ -54,23 +55,25 @@ INTENDED_USES = (
     "Red-teaming or robustness research on speech models",
     "Other research on speech-model safety and fairness",
 )
+# The access form's prompt and agreements; the source texts' terms are completed from
+# the text sources of the build (their GATE_TERMS and AGREEMENT_TERMS).
 GATED_PROMPT = (
     "RedVox holds recordings of real people reading harmful requests and stereotypes. "
     "Access is granted for research on the safety and fairness of speech models only. "
     "By requesting access you agree to the terms in LICENSE: no training of any model on "
     "the data, no attempt to identify, re-identify or contact the speakers, no "
     "redistribution of the recordings, transcripts or participants' data, and the terms "
-    "of the source texts: SHADES (CC BY 4.0, with its authors' condition that it not be "
-    "used to train models) and M-ALERT (CC BY-NC-SA 4.0). Requests are reviewed by hand."
+    "of the source texts: {terms}. Requests are reviewed by hand."
 )
 AGREEMENTS = (
     "I will use RedVox only for research on the safety and fairness of speech models",
     "I will not use RedVox to train or fine-tune any model",
     "I will not try to identify, re-identify or contact the speakers",
     "I will not redistribute RedVox or data derived from it that contains its audio or texts",
-    "I will honour the terms of the source texts: SHADES (CC BY 4.0, no training use) "
-    "and M-ALERT (CC BY-NC-SA 4.0)",
 )
+SOURCE_AGREEMENT = "I will honour the terms of the source texts: {terms}"
+# The card's Markdown paragraphs are wrapped at this width (hyphenated words kept whole).
+WRAP = 79
 # Contract columns whose meaning the schema states as a vocabulary, not a description.
 COLUMN_NOTES = {
     "lang": "en, de, es, fr, it",
@@ -82,8 +85,8 @@ COLUMN_NOTES = {
         "self-declared: 18-24, 25-34, 34-44, 45-54, 55-64, 65+ "
         "(`34-44` is the release's spelling of 35-44, kept from the first release)"
     ),
-    "source": "shades or m-alert: where the item text comes from",
 }
+SOURCE_NOTE = "{names}: where the item text comes from"
 
 
 @dataclass(frozen=True)
@@ -146,15 +149,16 @@ def card_metadata(
         for lang in langs
     ]
     total = sum(s.num_examples for s in shards)
+    sources = build_sources(manifest)
     meta: dict[str, Any] = {
         "pretty_name": "RedVox",
         "license": "other",
         "license_name": LICENSE_NAME,
         "license_link": "LICENSE",
-        "language": [lang for lang in LANGUAGES if lang in langs],
+        "language": in_language_order(langs),
         "multilinguality": "multilingual",
         "task_categories": list(TASK_CATEGORIES),
-        "source_datasets": list(SOURCE_DATASETS),
+        "source_datasets": [f"extended|{m.HUB_ID}" for m in sources],
         "size_categories": [size_category(total)],
         "tags": [
             "safety",
@@ -173,8 +177,34 @@ def card_metadata(
         + [_info_entry(s.lang, [s]) for s in shards],
     }
     if manifest.dataset_set == PUBLIC:
-        meta |= gated_form()
+        meta |= gated_form(sources)
     return meta
+
+
+def in_language_order(langs: Iterable[str]) -> list[str]:
+    """The first release's languages in their order, then any later version's by code."""
+    present = set(langs)
+    return [lang for lang in LANGUAGES if lang in present] + sorted(present - set(LANGUAGES))
+
+
+def build_sources(manifest: BuildManifest) -> list[TextSourceModule]:
+    """The text sources of the build, in registry order: those its items come from or its
+    inputs name (a folder recording neither, a `variants add` copy, has the sources every
+    build reads)."""
+    named = {key.split(":", 1)[0] for key in manifest.items or ()}
+    sources = [m for m in text_sources() if m.NAME in named or m.INPUT in manifest.inputs]
+    return sources or [m for m in text_sources() if m.REQUIRED]
+
+
+def listing(phrases: Sequence[str], last: str = "and") -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return f" {last} ".join(", ".join(phrases).rsplit(", ", 1)) if phrases else ""
+
+
+def agreements(sources: Sequence[TextSourceModule]) -> tuple[str, ...]:
+    """The access form's checkboxes: RedVox's terms, then the source texts' terms."""
+    terms = listing([m.AGREEMENT_TERMS for m in sources])
+    return (*AGREEMENTS, SOURCE_AGREEMENT.format(terms=terms))
 
 
 def provenance(
@@ -195,7 +225,7 @@ def render_provenance(data: Mapping[str, Any]) -> str:
     return json.dumps(dict(data), indent=2, sort_keys=False) + "\n"
 
 
-def gated_form() -> dict[str, Any]:
+def gated_form(sources: Sequence[TextSourceModule]) -> dict[str, Any]:
     """The Hub's access-request form (the terms themselves are in LICENSE)."""
     fields: dict[str, Any] = {
         "Name": "text",
@@ -203,10 +233,10 @@ def gated_form() -> dict[str, Any]:
         "Country": "country",
         "Intended use": {"type": "select", "options": list(INTENDED_USES)},
     }
-    fields |= {agreement: "checkbox" for agreement in AGREEMENTS}
+    fields |= {agreement: "checkbox" for agreement in agreements(sources)}
     return {
         "extra_gated_heading": "Request access to RedVox (research on speech-model safety and fairness)",
-        "extra_gated_prompt": GATED_PROMPT,
+        "extra_gated_prompt": GATED_PROMPT.format(terms=listing([m.GATE_TERMS for m in sources])),
         "extra_gated_fields": fields,
         "extra_gated_button_content": "Agree to the terms and request access",
     }
@@ -285,11 +315,14 @@ def fill_template(template: str, sections: Mapping[str, str]) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: sections[m.group(1)], template)
 
 
-def schema_table() -> str:
+def schema_table(sources: Sequence[TextSourceModule] | None = None) -> str:
+    """The columns table; `sources`: the build's text sources (the `source` values)."""
     dtypes = column_dtypes()
+    names = [m.NAME for m in (text_sources() if sources is None else sources)]
+    notes = COLUMN_NOTES | {"source": SOURCE_NOTE.format(names=listing(names, "or"))}
     rows = []
     for name, field in Entry.model_fields.items():
-        meaning = COLUMN_NOTES.get(name) or field.description or ""
+        meaning = notes.get(name) or field.description or ""
         kind = "contract" if name in CONTRACT_COLUMNS else "added"
         rows.append([f"`{name}`", dtypes[name], kind, meaning.replace("|", "/")])
     return tabulate(rows, ["column", "type", "kind", "meaning"], "github")
@@ -749,6 +782,43 @@ def checked_contact(contact: str | None, synthetic: bool) -> str:
     return contact
 
 
+_COUNTS = {1: "one", 2: "two", 3: "three", 4: "four", 5: "five", 6: "six"}
+
+
+def _wrapped(text: str, indent: str = "") -> str:
+    return textwrap.fill(
+        text,
+        width=WRAP,
+        initial_indent=indent,
+        subsequent_indent=" " * len(indent),
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
+
+
+def source_collections(sources: Sequence[TextSourceModule]) -> str:
+    """'two collections': how many text sources the rows' texts come from."""
+    count = _COUNTS.get(len(sources), str(len(sources)))
+    return f"{count} collection{'s' if len(sources) != 1 else ''}"
+
+
+def source_licences_section(sources: Sequence[TextSourceModule]) -> str:
+    """The License section's list of the text sources' licences (each module's TERMS)
+    and how RedVox's terms meet them (each module's MET_BY)."""
+    items = [_wrapped(f"{m.TITLE} (rows with `source` {m.NAME}): {m.TERMS}", "- ") for m in sources]
+    met = [m.MET_BY for m in sources if m.MET_BY]
+    where = (
+        f"the {source_collections(sources)} under their own licences"
+        if len(sources) != 1
+        else "the collection under its own licence"
+    )
+    closing = f"Outside RedVox, the texts are available from {where}."
+    if met:
+        clauses = met[0] if len(met) == 1 else ", ".join(met[:-1]) + ", and " + met[-1]
+        closing = f"Using RedVox under its terms meets all of these: {clauses}. {closing}"
+    return "\n".join(items) + "\n\n" + _wrapped(closing)
+
+
 def release_notes(versions: Sequence[DatasetVersion]) -> str:
     """CHANGELOG text: newest first, every version up to the one being released."""
     ordered = sorted(versions, key=lambda v: v.parts, reverse=True)
@@ -759,8 +829,7 @@ def summary_section(manifest: BuildManifest, speakers: int, total: int, syntheti
     counts = manifest.counts
     per_lang = ", ".join(
         f"{lang} {sum(n for per_audio in counts[lang].values() for n in per_audio.values())}"
-        for lang in LANGUAGES
-        if lang in counts
+        for lang in in_language_order(counts)
     )
     kind = (
         "the public, gated release"
@@ -800,8 +869,11 @@ def card_body(
         for per_a in per_lang.values()
         for n in per_a.values()
     )
+    sources = build_sources(manifest)
     sections = {
         "summary": summary_section(manifest, speakers, total, synthetic),
+        "source_collections": source_collections(sources),
+        "source_licences": source_licences_section(sources),
         "arxiv": ARXIV_ID,
         "sample": sample_section(sample),
         "reference_results": reference_results_section(report),
@@ -812,7 +884,7 @@ def card_body(
         "repo_id": repo_id,
         "tag": version.tag,
         "contract_count": str(len(CONTRACT_COLUMNS)),
-        "schema": schema_table(),
+        "schema": schema_table(sources),
         "transcripts": transcripts_section(version),
         "counts": counts_section(manifest.counts, [c.name for c in version.config.conditions]),
         "consent": consent_section(audit),

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from redvox.builder.manifest import MANIFEST, BuildManifest
+from redvox.builder.versions import declared_languages
 from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
 from redvox.schemas.audio_cell import column_bytes, decode_fully
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
@@ -159,19 +160,21 @@ def ordinary_words(config: InputConfig) -> frozenset[str]:
     from redvox.builder.versions import VERSIONS
     from redvox.schemas import vocab
     from redvox.sources.contributions import read_contributions
-    from redvox.sources.malert import read_malert
-    from redvox.sources.shades import read_shades
+    from redvox.sources.texts import read_texts, text_sources
 
     words: set[str] = set(COLUMNS) | {SPLIT, ALL_CONFIG}
-    for values in (vocab.LANGUAGES, vocab.GENDERS, vocab.AGE_GROUPS, vocab.VULNERABILITY_TYPES,
-                   vocab.SETS, vocab.LANGUAGE_NAMES.values(), ("speech", "text", "shades",
-                   "m-alert", vocab.ATTACK_TYPE)):  # fmt: skip
+    for values in (declared_languages(), vocab.GENDERS, vocab.AGE_GROUPS, vocab.VULNERABILITY_TYPES,
+                   vocab.SETS, vocab.LANGUAGE_NAMES.values(), ("speech", "text",
+                   *(m.NAME for m in text_sources()), vocab.ATTACK_TYPE)):  # fmt: skip
         words.update(values)
     for version in VERSIONS.values():
         words.update(c.name for c in version.config.conditions)
     texts: list[str] = []
-    for item in [*read_shades(config.shades).records, *read_malert(config.malert).records]:
-        texts += [item.item_id, item.source_category, *item.text.values()]
+    # Each declared version's languages (a file may lack a language a later one adds).
+    for languages in dict.fromkeys(version.config.languages for version in VERSIONS.values()):
+        for _, read in read_texts(config, languages):
+            for item in read.records:
+                texts += [item.item_id, item.source_category, *item.text.values()]
     for c in read_contributions(config.contributions, config.audio_root).records:
         texts += [c.spoken_text, c.speech_followup, c.audio_request_text, c.transcript or ""]
     bank = Path(config.noise_bank)
@@ -212,7 +215,7 @@ def check_layout(staged: Path) -> list[Problem]:
         if rel in TOP_LEVEL or rel == LOADING_SCRIPT:
             continue
         match = SHARD_RE.match(rel)
-        if match and match["lang"] in LANGUAGES:
+        if match and match["lang"] in declared_languages():
             continue
         if rel.startswith("evaluation/") and "__pycache__" not in rel and not rel.endswith(".pyc"):
             continue

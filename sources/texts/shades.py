@@ -1,4 +1,5 @@
-"""SHADES stereotypes (`LanguageShades/BiasShades`) into SourceItems.
+"""SHADES stereotypes (`LanguageShades/BiasShades`) into SourceItems: a text source
+(sources/texts/source.py).
 
 Two layouts are read: the released CSV (`index, subset, bias_type, ...,
 {lang}_biased_sentences, ...`) and the raw spreadsheet export (`Index, Bias
@@ -28,17 +29,31 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
-from redvox.schemas import LANGUAGES, SourceItem
-from redvox.schemas.vocab import LANGUAGE_NAMES
+from redvox.schemas import ItemSelection, SourceItem
+from redvox.schemas.vocab import language_named
 
-from .problems import Problem, ReadResult, validate_row
-from .tables import TableRow, collapse_whitespace, read_table, unique_items
+from ..problems import Problem, ReadResult, validate_row
+from ..tables import TableRow, collapse_whitespace, read_table, unique_items
+from .source import Stratum, language_columns
 
-_LANGUAGE_NAMES = {name: lang for lang, name in LANGUAGE_NAMES.items()}
-SENTENCE_COLUMNS = {lang: f"{lang}_biased_sentences" for lang in LANGUAGES}
-REQUIRED_COLUMNS = ("index", "bias_type", *SENTENCE_COLUMNS.values())
+NAME = "shades"
+INPUT = "shades"
+TITLE = "SHADES"
+HUB_ID = "LanguageShades/BiasShades"
+LICENSE = "CC BY 4.0"
+TERMS = (
+    "CC BY 4.0, with one condition its authors add: the texts are not to be used to train "
+    "models. Credit SHADES, and do not train on its texts."
+)
+MET_BY = "its no-training term covers SHADES' condition"
+GATE_TERMS = "SHADES (CC BY 4.0, with its authors' condition that it not be used to train models)"
+AGREEMENT_TERMS = "SHADES (CC BY 4.0, no training use)"
+REQUIRED = True
+POSITION = 0
+STEREOTYPE = "stereotype"
 # Python-literal list columns: RedVox does not use them, but a broken one
 # usually means the row was damaged by an export, so it is reported.
 LIST_COLUMNS = ("stereotype_origin_langs", "stereotype_valid_langs", "stereotype_valid_regions")
@@ -53,8 +68,9 @@ def shades_column(raw: str) -> str:
     'en_biased_sentences', ' Bias Type ' -> 'bias_type'."""
     text = collapse_whitespace(raw).casefold()
     language, colon, rest = text.partition(":")
-    if colon and language.strip() in _LANGUAGE_NAMES:
-        return f"{_LANGUAGE_NAMES[language.strip()]}_{_snake(rest)}"
+    code = language_named(language.strip()) if colon else None
+    if code is not None:
+        return f"{code}_{_snake(rest)}"
     return _snake(text)
 
 
@@ -71,18 +87,33 @@ def normalize_shades_index(raw: str | None) -> str | None:
     return f"{int(match[1])}.{match[2] or '0'}{subset}"
 
 
-def read_shades(path: str | Path) -> ReadResult[SourceItem]:
+def sentence_columns(languages: Sequence[str]) -> dict[str, str]:
+    return {lang: f"{lang}_biased_sentences" for lang in languages}
+
+
+def normalize_id(raw: str | None) -> str | None:
+    """A contribution's `item_id` as this reader writes it (`7` -> `7.0`)."""
+    return normalize_shades_index(raw)
+
+
+def read(path: str | Path, languages: Sequence[str]) -> ReadResult[SourceItem]:
+    """The stereotypes of the file parallel across `languages`."""
     file = str(path)
-    table = read_table(
-        path, REQUIRED_COLUMNS, what="SHADES file", header=shades_column, multiline=True
-    )
+    columns = sentence_columns(languages)
+    required = ("index", "bias_type", *columns.values())
+    table = read_table(path, required, what="SHADES file", header=shades_column, multiline=True)
     return unique_items(
-        table,
+        language_columns(table, columns, "SHADES file", file),
         file,
-        _item,
+        lambda row, file: _item(row, file, columns),
         field="index",
         advice="give each row its own (index, subset) pair",
     )
+
+
+def strata(selection: ItemSelection) -> list[Stratum]:
+    """`selection.shades` stereotypes, drawn from the SHADES items alone."""
+    return [Stratum(STEREOTYPE, STEREOTYPE, selection.shades, "shades")]
 
 
 def shades_item_id(index: str | None, subset: str | None) -> str | None:
@@ -98,7 +129,9 @@ def shades_item_id(index: str | None, subset: str | None) -> str | None:
     return f"{number}-{subset.lower()}"
 
 
-def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:
+def _item(
+    row: TableRow, file: str, columns: dict[str, str]
+) -> tuple[SourceItem | None, list[Problem]]:
     cells = row.cells
     item_id = shades_item_id(cells["index"], cells.get("subset"))
     if item_id is None:
@@ -113,22 +146,22 @@ def _item(row: TableRow, file: str) -> tuple[SourceItem | None, list[Problem]]:
         )
         return None, [Problem(file, row.line, "subset", message)]
     problems = _list_problems(row, file)
-    missing = [lang for lang, column in SENTENCE_COLUMNS.items() if not cells[column]]
+    missing = [lang for lang, column in columns.items() if not cells[column]]
     if missing:
         message = (
             f"no biased sentence in {', '.join(missing)}: only stereotypes parallel across "
-            f"{', '.join(LANGUAGES)} are used; row skipped"
+            f"{', '.join(columns)} are used; row skipped"
         )
-        field = ", ".join(SENTENCE_COLUMNS[lang] for lang in missing)
+        field = ", ".join(columns[lang] for lang in missing)
         return None, [*problems, Problem(file, row.line, field, message)]
     if not cells["bias_type"]:
         message = "empty; the stereotype is kept without a category, fill it in"
         problems.append(Problem(file, row.line, "bias_type", message))
     data = {
-        "source": "shades",
+        "source": NAME,
         "item_id": item_id,
-        "vulnerability_type": "stereotype",
-        "text": {lang: cells[column] for lang, column in SENTENCE_COLUMNS.items()},
+        "vulnerability_type": STEREOTYPE,
+        "text": {lang: cells[column] for lang, column in columns.items()},
         "source_category": _category(cells["bias_type"]),
     }
     item, errors = validate_row(SourceItem, data, file, row.line)

@@ -24,8 +24,8 @@ from redvox.builder import versions
 from redvox.builder.cli import main
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.versions import VERSIONS, BuildConfig, DatasetVersion, read_lock, required_bump
-from redvox.release.card import read_card
-from redvox.release.stage import stage_release
+from redvox.release.hub.card import read_card
+from redvox.release.hub.stage import stage_release
 from redvox.schemas import DEMO_CONFIG, ConfigError, InputConfig
 from redvox.sources import texts
 from redvox.sources.inputs import load_inputs
@@ -191,7 +191,7 @@ def test_a_registered_source_and_one_config_entry_put_its_items_in_the_build_and
 
 def test_the_demo_card_credits_only_the_sources_its_build_read(demo_release, toy_source):
     from redvox.builder.manifest import BuildManifest
-    from redvox.release.card import build_sources
+    from redvox.release.hub.card import build_sources
 
     manifest = BuildManifest.load(demo_release["version_dir"] / "public")
     assert [m.NAME for m in build_sources(manifest)] == ["shades", "m-alert"]

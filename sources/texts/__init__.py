@@ -5,7 +5,7 @@ Everything that used to list the sources by hand asks this registry: the input c
 `texts` keys (`text_inputs`), what a build reads and hashes (`read_texts`,
 `redvox.sources.inputs`), the contributions reader's item-id maps (`normalize_item_id`),
 the selection's strata (`sources/selection.py`) and the card's source datasets and
-licences (`release/card.py`).
+licences (`release/hub/card.py`).
 """
 
 from __future__ import annotations

@@ -186,6 +186,10 @@ def test_a_registered_source_and_one_config_entry_put_its_items_in_the_build_and
     ]
     assert "- Toy Texts (rows with `source` toy): CC0 1.0, no conditions." in body
     assert "come from three collections" in body
+    flat = " ".join(body.split())  # the summary's words, whatever the line breaks
+    assert ("spoke stereotypes (SHADES), harmful requests (M-ALERT) and toy sentences "
+            "(Toy Texts) in English, German, Spanish, French and Italian.") in flat  # fmt: skip
+    assert "in five languages and three collections (SHADES for stereotypes" in flat
     assert "shades, m-alert or toy: where the item text comes from" in body
 
 

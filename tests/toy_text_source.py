@@ -19,6 +19,7 @@ from redvox.sources.texts.source import Stratum, language_columns
 NAME = "toy"
 INPUT = "toy"
 TITLE = "Toy Texts"
+CONTENT = "toy sentences"
 HUB_ID = "redvox-tests/toy-texts"
 LICENSE = "CC0 1.0"
 TERMS = "CC0 1.0, no conditions. Nothing to credit."

@@ -28,7 +28,7 @@ from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, c
 from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
-from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
+from redvox.schemas.vocab import LANGUAGE_NAMES, PUBLIC, SPEECH_AUDIO_TYPE
 from redvox.sources.texts import TextSourceModule, text_sources
 
 from .statistics import GroupStats, SetStatistics
@@ -76,7 +76,6 @@ SOURCE_AGREEMENT = "I will honour the terms of the source texts: {terms}"
 WRAP = 79
 # Contract columns whose meaning the schema states as a vocabulary, not a description.
 COLUMN_NOTES = {
-    "lang": "en, de, es, fr, it",
     "vulnerability_type": "stereotype or unsafe_request_{crime, substance, sexual_content, self_harm, weapons}",
     "attack_type": "non_adversarial",
     "gender": "self-declared: female, male, non-binary, other, undisclosed",
@@ -315,11 +314,17 @@ def fill_template(template: str, sections: Mapping[str, str]) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: sections[m.group(1)], template)
 
 
-def schema_table(sources: Sequence[TextSourceModule] | None = None) -> str:
-    """The columns table; `sources`: the build's text sources (the `source` values)."""
+def schema_table(
+    sources: Sequence[TextSourceModule] | None = None, langs: Iterable[str] = LANGUAGES
+) -> str:
+    """The columns table; `sources`: the build's text sources (the `source` values),
+    `langs`: its languages (the `lang` values)."""
     dtypes = column_dtypes()
     names = [m.NAME for m in (text_sources() if sources is None else sources)]
-    notes = COLUMN_NOTES | {"source": SOURCE_NOTE.format(names=listing(names, "or"))}
+    notes = COLUMN_NOTES | {
+        "source": SOURCE_NOTE.format(names=listing(names, "or")),
+        "lang": ", ".join(in_language_order(langs)),
+    }
     rows = []
     for name, field in Entry.model_fields.items():
         meaning = notes.get(name) or field.description or ""
@@ -796,10 +801,28 @@ def _wrapped(text: str, indent: str = "") -> str:
     )
 
 
+def _language_count(n: int) -> str:
+    """'five languages'."""
+    return f"{_COUNTS.get(n, str(n))} language{'s' if n != 1 else ''}"
+
+
 def source_collections(sources: Sequence[TextSourceModule]) -> str:
     """'two collections': how many text sources the rows' texts come from."""
     count = _COUNTS.get(len(sources), str(len(sources)))
     return f"{count} collection{'s' if len(sources) != 1 else ''}"
+
+
+def language_names(langs: Iterable[str]) -> list[str]:
+    """The card's names of these languages, in language order ('English'; a language
+    without an English name in schemas/vocab.py LANGUAGE_NAMES shows its code)."""
+    return [LANGUAGE_NAMES.get(lang, lang).capitalize() for lang in in_language_order(langs)]
+
+
+def spoken_texts(sources: Sequence[TextSourceModule], langs: Iterable[str]) -> str:
+    """'stereotypes (SHADES) and harmful requests (M-ALERT) in English, German, ...':
+    what the participants spoke, from the build's text sources and languages."""
+    what = listing([f"{m.CONTENT} ({m.TITLE})" for m in sources])
+    return f"{what} in {listing(language_names(langs))}"
 
 
 def source_licences_section(sources: Sequence[TextSourceModule]) -> str:
@@ -873,6 +896,9 @@ def card_body(
     sections = {
         "summary": summary_section(manifest, speakers, total, synthetic),
         "source_collections": source_collections(sources),
+        "source_contents": ", ".join(f"{m.TITLE} for {m.CONTENT}" for m in sources),
+        "spoken_texts": spoken_texts(sources, manifest.counts),
+        "language_count": _language_count(len(manifest.counts)),
         "source_licences": source_licences_section(sources),
         "arxiv": ARXIV_ID,
         "sample": sample_section(sample),
@@ -884,7 +910,7 @@ def card_body(
         "repo_id": repo_id,
         "tag": version.tag,
         "contract_count": str(len(CONTRACT_COLUMNS)),
-        "schema": schema_table(sources),
+        "schema": schema_table(sources, manifest.counts),
         "transcripts": transcripts_section(version),
         "counts": counts_section(manifest.counts, [c.name for c in version.config.conditions]),
         "consent": consent_section(audit),

@@ -25,7 +25,9 @@ from .source import Stratum, TextSourceModule
 
 TEXTS: dict[str, TextSourceModule] = {}
 
-_STRINGS = ("NAME", "INPUT", "TITLE", "HUB_ID", "LICENSE", "TERMS", "GATE_TERMS", "AGREEMENT_TERMS")
+_STRINGS = (
+    "NAME", "INPUT", "TITLE", "CONTENT", "HUB_ID", "LICENSE", "TERMS", "GATE_TERMS", "AGREEMENT_TERMS",
+)  # fmt: skip
 
 
 def register_text_source(module: TextSourceModule) -> TextSourceModule:

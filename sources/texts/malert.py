@@ -24,6 +24,7 @@ from .source import Stratum, language_columns
 NAME = "m-alert"
 INPUT = "malert"
 TITLE = "M-ALERT"
+CONTENT = "harmful requests"
 HUB_ID = "felfri/M-ALERT"
 LICENSE = "CC BY-NC-SA 4.0"
 TERMS = (

@@ -42,6 +42,7 @@ from .source import Stratum, language_columns
 NAME = "shades"
 INPUT = "shades"
 TITLE = "SHADES"
+CONTENT = "stereotypes"
 HUB_ID = "LanguageShades/BiasShades"
 LICENSE = "CC BY 4.0"
 TERMS = (

@@ -47,6 +47,8 @@ class TextSourceModule(Protocol):
     INPUT: str
     # How the card and messages name it ("SHADES").
     TITLE: str
+    # What its texts are, as the card's summary says it ("stereotypes").
+    CONTENT: str
     # The Hub dataset the texts come from, for the card's `source_datasets`.
     HUB_ID: str
     # Its licence (an SPDX-style name) and what the card says about it: the conditions

@@ -144,10 +144,9 @@ def test_every_copy_in_a_collection_is_found_and_nothing_else():
     assert {owners[i] for i, _ in found} <= {p.parent.name for p in originals}
 
 
-def test_passes_over_hash_ranges_and_fingerprints_as_text_find_the_same_pairs(monkeypatch):
-    """A large collection is looked up in several passes, each over one range of hash
-    values, its fingerprints given as text: the same pairs match as in one pass (a
-    landmark shared once at an offset is dropped per pass, so a score may lose a hit)."""
+def test_batches_of_queries_and_fingerprints_as_text_find_the_same_scores(monkeypatch):
+    """A large collection is looked up a few query recordings at a time, its
+    fingerprints given as text: the same scores as one batch over every recording."""
     from redvox.builder import ownership
 
     prints, owners = demo_fingerprints()
@@ -155,24 +154,27 @@ def test_passes_over_hash_ranges_and_fingerprints_as_text_find_the_same_pairs(mo
     for n, fp in enumerate(prints[::7]):  # exact copies under other owners
         prints.append(fp)
         owners.append(f"copier-{n}")
-    one_pass = ownership.matching_pairs(prints, owners)
-    assert {(7 * n, count + n) for n in range(len(prints) - count)} <= one_pass
-    landmarks = sum(len(fp.times) for fp in prints) * ownership.FAN
-    monkeypatch.setattr(ownership, "LANDMARKS_PER_PASS", landmarks // 8)  # 8 passes
+    one_batch = ownership.pair_scores(prints, owners)
+    assert {(7 * n, count + n) for n in range(len(prints) - count)} <= {
+        pair for pair, score in one_batch.items() if score.same_audio
+    }
+    cells = len(prints) * len(ownership._QUERY_RATIOS)  # (candidate, ratio) of one query
+    assert ownership.PAIR_CELLS >= cells * len(prints)  # so the first lookup was one batch
+    monkeypatch.setattr(ownership, "PAIR_CELLS", 3 * cells)  # batches of 3 query recordings
     texts = [fp.to_text() for fp in prints]
-    assert ownership.matching_pairs(texts, owners) == one_pass
+    assert ownership.pair_scores(texts, owners) == one_batch
 
 
 def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     """Blocks of the spectrogram overlap by a peak's neighbourhood: the same peaks as
     one block over the whole recording."""
-    from redvox.builder import ownership
+    from redvox.builder import fingerprint as module
 
     samples = np.concatenate(
         [decode_audio(p).samples for p in sorted((DEMO_AUDIO / "demo-p02").glob("*.flac"))]
     )
     whole = fingerprint(samples)
-    monkeypatch.setattr(ownership, "BLOCK", 333)
+    monkeypatch.setattr(module, "BLOCK", 333)
     blocks = fingerprint(samples)
     assert len(whole.times) > 500
     assert np.array_equal(whole.times, blocks.times) and np.array_equal(whole.bins, blocks.bins)

@@ -283,7 +283,7 @@ WRITE_HOUR = textwrap.dedent("""\
 """)
 NORMALISE = textwrap.dedent("""\
     import sys
-    from redvox.builder.ownership import HOP, SUB, Fingerprint
+    from redvox.builder.fingerprint import HOP, SUB, Fingerprint
     from redvox.builder.recordings import _normalise_file
     from redvox.schemas.config import AudioLimits
     limits = AudioLimits(max_duration_s=3700, max_file_mb=2000)

@@ -58,9 +58,9 @@ COMMON = 64
 # at least 18 (6%).
 MIN_HITS = 12
 MIN_SHARE = 0.04
-# (query recording, candidate, ratio) counts one batch of the lookup holds at once
-# (8 bytes each): query recordings are looked up this many candidates x ratios at a time.
-PAIR_CELLS = 1 << 22
+# Peaks of the query recordings one step of the lookup rescales at once (about 5
+# landmarks each, and a few shared landmarks for each of those: some 100 bytes a peak).
+PEAKS_PER_BATCH = 1 << 17
 COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
@@ -81,6 +81,7 @@ RATIOS = _ratios()
 # looked up against every other, so only the ratios from 1 up are tried.
 _QUERY_RATIOS = tuple(r for r in RATIOS if r >= 1.0)
 _OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
+_SKETCH = 1 << 20  # counts of one step's pairs, shared by the rest of a division
 
 
 class NoiseBankVoiceError(UserError, ValueError):
@@ -212,22 +213,24 @@ def pair_scores(
     that agree on at least `floor` landmarks at one (ratio, offset) (a fingerprint may be
     given as text: `Fingerprint.to_text`).
 
-    The recordings are looked up in batches, each a few query recordings whose
-    landmarks, rescaled by every ratio, are joined with the plain landmarks of the
-    collection: a batch first counts what it shares with each candidate per ratio,
-    whatever the offset, and only the (candidate, ratio) that share `floor` landmarks
-    have their offsets counted. What a batch holds is bounded (PAIR_CELLS counts, and
-    at most COMMON landmarks per query landmark), and so is what is kept between
-    batches: the best (ratio, offset) of each pair that reaches `floor`."""
+    The recordings are looked up in batches of about PEAKS_PER_BATCH peaks, one ratio
+    at a time: the batch's landmarks, rescaled by the ratio, are joined with the plain
+    landmarks of the collection, and every (query, candidate, offset) they share is
+    counted. What one step holds is bounded (its landmarks, and at most COMMON shared
+    landmarks for each), and so is what is kept between steps: the best offset of each
+    (pair, ratio) that reaches `floor`."""
     owner_ids = {name: n for n, name in enumerate(sorted(set(owners)))}
     owner_of = np.array([owner_ids[o] for o in owners], np.int64)
     peaks = _Peaks.of(fingerprints, owner_of)
     index = _Index.of(peaks, owner_of)
     count = len(fingerprints)
-    step = max(1, PAIR_CELLS // max(1, count * len(_QUERY_RATIOS)))
+    # A batch ends at the first recording past each multiple of PEAKS_PER_BATCH peaks.
+    cuts = np.searchsorted(peaks.starts, np.arange(0, peaks.starts[-1], PEAKS_PER_BATCH), "right")
+    edges = np.unique(np.r_[0, np.minimum(cuts, count), count])
     found = [
-        _batch(peaks, index, first, min(count, first + step), floor)
-        for first in range(0, count, step)
+        _batch(peaks, index, int(first), int(last), n, floor)
+        for first, last in zip(edges[:-1], edges[1:], strict=True)
+        for n in range(len(_QUERY_RATIOS))
     ]
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
@@ -244,36 +247,40 @@ def pair_scores(
 
 
 def _batch(
-    peaks: _Peaks, index: _Index, first: int, last: int, floor: int
+    peaks: _Peaks, index: _Index, first: int, last: int, n: int, floor: int
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(pair i * count + j with i < j, hits, ratio index) of the best (ratio, offset) of
-    every pair of query recording first..last-1 and another participant's recording
-    that agree on at least `floor` landmarks there."""
-    count, ratios = len(index.totals), len(_QUERY_RATIOS)
+    """(pair i * count + j with i < j, hits, n) of the best offset of every pair of a
+    query recording order[first..last-1], rescaled by ratio n, and another
+    participant's recording that agree on at least `floor` landmarks there."""
+    count, ratio = len(index.totals), _QUERY_RATIOS[n]
     lo, hi = peaks.starts[first], peaks.starts[last]
-    size = hi - lo
-    # The batch's peaks once per ratio, each copy a group of its own.
-    n = np.repeat(np.arange(ratios), size)
-    rate = np.asarray(_QUERY_RATIOS)[n]
-    local = np.tile(peaks.rank[peaks.owner[lo:hi]] - first, ratios)
-    q_hash, q_group, q_anchor = landmarks(
-        np.tile(peaks.times[lo:hi], ratios),
-        np.tile(peaks.bins[lo:hi], ratios),
-        n * (last - first) + local,
-        rate,
+    q_hash, q_local, q_anchor = landmarks(
+        peaks.times[lo:hi], peaks.bins[lo:hi], peaks.rank[peaks.owner[lo:hi]] - first, ratio
     )
-    q_ratio, q_local = np.divmod(q_group, last - first)
     q_rec = peaks.order[q_local + first]
+    # In the order of the index's tables (participant, then hash): their reads are
+    # near each other, not all over memory.
+    by_key = np.argsort((index.owner_of[q_rec] << HASH_BITS) | q_hash)
+    q_hash, q_local, q_rec, q_anchor = (
+        q_hash[by_key],
+        q_local[by_key],
+        q_rec[by_key],
+        q_anchor[by_key],
+    )
     query, held = index.shared(q_hash, q_rec)
-    a, b, ratio = q_rec[query], index.recs[held].astype(np.int64), q_ratio[query]
-    # Unscaled, i found in j is j found in i: looked up from the first of the two only.
-    keep = (ratio > 0) | (a < b)
-    query, held, b, ratio = query[keep], held[keep], b[keep], ratio[keep]
-    cell = (q_local[query] * count + b) * ratios + ratio
-    shared = np.bincount(cell, minlength=(last - first) * count * ratios)
-    keep = shared[cell] >= floor  # no offset can reach `floor` in the others
-    cell = cell[keep]
-    offset = np.round(index.anchors[held[keep]] - q_anchor[query[keep]]).astype(np.int64)
+    b = index.recs[held].astype(np.int64)
+    if ratio == 1.0:  # unscaled, i found in j is j found in i: looked up from the first
+        keep = q_rec[query] < b
+        query, held, b = query[keep], held[keep], b[keep]
+    cell = q_local[query] * count + b
+    # A pair's landmarks at one offset are at most all it shares: a pair sharing fewer
+    # than `floor` in all is left out before its offsets are counted. Its count is
+    # read from a table of _SKETCH counts that pairs share by the rest of a division,
+    # never lower than its own.
+    sketch = np.bincount(cell & (_SKETCH - 1), minlength=_SKETCH)
+    keep = sketch[cell & (_SKETCH - 1)] >= floor
+    query, held, cell = query[keep], held[keep], cell[keep]
+    offset = np.round(index.anchors[held] - q_anchor[query]).astype(np.int64)
     codes = np.sort((cell << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
     if not len(codes):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
@@ -284,14 +291,14 @@ def _batch(
     beside = codes[1:] == codes[:-1] + 1  # offsets a frame apart (a codec, a resample)
     hits[:-1] += np.where(beside, counts[1:], 0)
     hits[1:] += np.where(beside, counts[:-1], 0)
+    wanted = hits >= floor  # most shared landmarks are chance, one or two at an offset
+    codes, hits = codes[wanted], hits[wanted]
     cells = codes >> _OFFSET_BITS
     order = np.lexsort((codes, -hits, cells))
-    best = order[np.r_[True, cells[order][1:] != cells[order][:-1]]]
-    best = best[hits[best] >= floor]
-    ratio = cells[best] % ratios
-    a, b = np.divmod(cells[best] // ratios, count)
+    best = order[np.r_[True, cells[order][1:] != cells[order][:-1]]] if len(order) else order
+    a, b = np.divmod(cells[best], count)
     a = peaks.order[a + first]
-    return np.minimum(a, b) * count + np.maximum(a, b), hits[best], ratio
+    return np.minimum(a, b) * count + np.maximum(a, b), hits[best], np.full(len(best), n)
 
 
 def matching_pairs(fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]) -> set:

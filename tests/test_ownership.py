@@ -158,9 +158,9 @@ def test_batches_of_queries_and_fingerprints_as_text_find_the_same_scores(monkey
     assert {(7 * n, count + n) for n in range(len(prints) - count)} <= {
         pair for pair, score in one_batch.items() if score.same_audio
     }
-    cells = len(prints) * len(ownership._QUERY_RATIOS)  # (candidate, ratio) of one query
-    assert ownership.PAIR_CELLS >= cells * len(prints)  # so the first lookup was one batch
-    monkeypatch.setattr(ownership, "PAIR_CELLS", 3 * cells)  # batches of 3 query recordings
+    peaks = sum(len(fp.times) for fp in prints)
+    assert ownership.PEAKS_PER_BATCH >= peaks  # so the first lookup was one batch
+    monkeypatch.setattr(ownership, "PEAKS_PER_BATCH", 100)  # a recording or two a batch
     texts = [fp.to_text() for fp in prints]
     assert ownership.pair_scores(texts, owners) == one_batch
 

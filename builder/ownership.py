@@ -60,7 +60,7 @@ MIN_HITS = 12
 MIN_SHARE = 0.04
 # Peaks of the query recordings one step of the lookup rescales at once (about 5
 # landmarks each, and a few shared landmarks for each of those: some 100 bytes a peak).
-PEAKS_PER_BATCH = 1 << 17
+PEAKS_PER_BATCH = 1 << 16
 COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
@@ -81,7 +81,6 @@ RATIOS = _ratios()
 # looked up against every other, so only the ratios from 1 up are tried.
 _QUERY_RATIOS = tuple(r for r in RATIOS if r >= 1.0)
 _OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
-_SKETCH = 1 << 20  # counts of one step's pairs, shared by the rest of a division
 
 
 class NoiseBankVoiceError(UserError, ValueError):
@@ -130,7 +129,7 @@ class _Index:
     table of the (participant, hash) ranges."""
 
     recs: np.ndarray  # recording
-    anchors: np.ndarray  # anchor time, in frames
+    anchors: np.ndarray  # anchor time, in 1/SUB of a frame
     bounds: np.ndarray  # bounds[h]: the first landmark of hash h
     blocks: np.ndarray  # participant << HASH_BITS | hash of each range, in order
     block_start: np.ndarray  # where that range starts ...
@@ -141,28 +140,30 @@ class _Index:
     @classmethod
     def of(cls, peaks: _Peaks, owner_of: np.ndarray) -> _Index:
         hashes, recs, anchors = landmarks(peaks.times, peaks.bins, peaks.owner)
-        participant = owner_of[recs]
-        order = np.lexsort((participant, hashes))
-        hashes, recs, anchors, participant = (
-            hashes[order],
-            recs[order],
-            anchors[order],
-            participant[order],
-        )
+        totals = np.bincount(recs, minlength=len(owner_of))
+        # One sort key, (hash, participant), and compact copies: what is held to the end
+        # is 8 bytes a landmark, and what the build holds for a moment about 40.
+        key = (hashes << 32) | owner_of[recs]
+        del hashes
+        order = np.argsort(key)
+        key = key[order]
+        recs = recs[order].astype(np.int32)
+        anchors = np.round(anchors[order] * SUB).astype(np.int32)
+        del order
+        hashes = key >> 32
         bounds = np.r_[0, np.cumsum(np.bincount(hashes, minlength=1 << HASH_BITS))]
-        new = np.r_[True, (hashes[1:] != hashes[:-1]) | (participant[1:] != participant[:-1])]
-        start = np.flatnonzero(new)
-        end = np.r_[start[1:], len(hashes)]
-        block = (participant[start] << HASH_BITS) | hashes[start]
+        start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        end = np.r_[start[1:], len(key)]
+        block = ((key[start] & 0xFFFFFFFF) << HASH_BITS) | hashes[start]
         by_block = np.argsort(block)
         return cls(
-            recs.astype(np.int32),
+            recs,
             anchors,
             bounds,
             block[by_block],
             start[by_block],
             end[by_block],
-            np.bincount(recs, minlength=len(owner_of)),
+            totals,
             owner_of,
         )
 
@@ -273,15 +274,14 @@ def _batch(
         keep = q_rec[query] < b
         query, held, b = query[keep], held[keep], b[keep]
     cell = q_local[query] * count + b
-    # A pair's landmarks at one offset are at most all it shares: a pair sharing fewer
-    # than `floor` in all is left out before its offsets are counted. Its count is
-    # read from a table of _SKETCH counts that pairs share by the rest of a division,
-    # never lower than its own.
-    sketch = np.bincount(cell & (_SKETCH - 1), minlength=_SKETCH)
-    keep = sketch[cell & (_SKETCH - 1)] >= floor
-    query, held, cell = query[keep], held[keep], cell[keep]
-    offset = np.round(index.anchors[held] - q_anchor[query]).astype(np.int64)
+    offset = np.round(index.anchors[held] / SUB - q_anchor[query]).astype(np.int64)
     codes = np.sort((cell << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
+    # A pair's landmarks at one offset are at most all it shares: the pairs that share
+    # fewer than `floor` in all (most of them, by chance) are left out first.
+    cells = codes >> _OFFSET_BITS
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    sizes = np.diff(np.r_[starts, len(codes)])
+    codes = codes[np.repeat(sizes >= floor, sizes)]
     if not len(codes):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
     starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])

@@ -77,9 +77,6 @@ def _ratios() -> tuple[float, ...]:
 
 
 RATIOS = _ratios()
-# A copy at ratio r is the original at 1 / r (RATIOS holds both): every recording is
-# looked up against every other, so only the ratios from 1 up are tried.
-_QUERY_RATIOS = tuple(r for r in RATIOS if r >= 1.0)
 _OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
 
 
@@ -231,7 +228,7 @@ def pair_scores(
     found = [
         _batch(peaks, index, int(first), int(last), n, floor)
         for first, last in zip(edges[:-1], edges[1:], strict=True)
-        for n in range(len(_QUERY_RATIOS))
+        for n in range(len(RATIOS))
     ]
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
@@ -243,7 +240,7 @@ def pair_scores(
     for k in first.tolist():
         i, j = divmod(int(pairs[k]), count)
         shorter = max(1, int(min(index.totals[i], index.totals[j])))
-        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, _QUERY_RATIOS[ratios[k]])
+        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, RATIOS[ratios[k]])
     return scores
 
 
@@ -253,7 +250,7 @@ def _batch(
     """(pair i * count + j with i < j, hits, n) of the best offset of every pair of a
     query recording order[first..last-1], rescaled by ratio n, and another
     participant's recording that agree on at least `floor` landmarks there."""
-    count, ratio = len(index.totals), _QUERY_RATIOS[n]
+    count, ratio = len(index.totals), RATIOS[n]
     lo, hi = peaks.starts[first], peaks.starts[last]
     q_hash, q_local, q_anchor = landmarks(
         peaks.times[lo:hi], peaks.bins[lo:hi], peaks.rank[peaks.owner[lo:hi]] - first, ratio

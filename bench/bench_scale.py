@@ -171,10 +171,12 @@ def report(results: list[dict], args: argparse.Namespace) -> None:
     for r in results:
         step = r["ownership"]
         if step:
+            rest = r["seconds"] - step["seconds"]
             print(
                 f"ownership step at scale {r['scale']:g} ({r['recordings']} recordings): "
                 f"{step['seconds']:.1f} s, parent peak RSS {step['rss_before_mb']} MB before "
-                f"-> {step['peak_rss_mb']} MB when it ends"
+                f"-> {step['peak_rss_mb']} MB when it ends; {step['seconds'] / rest:.0%} of "
+                f"the rest of the cold build ({rest:.1f} s)"
             )
     print(
         json.dumps(

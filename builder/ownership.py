@@ -14,12 +14,9 @@ recording are rescaled by every ratio of RATIOS and hashed again, so a copy play
 up to 10% faster or slower, or mislabelled between the common sample rates, still
 shares its hashes at one (ratio, offset).
 
-How the parameters were chosen (docs/ARCHITECTURE.md, "Data flow"): on the demo
-corpus, every demo recording filed under another participant after each careless
-edit of tests/audio_edits.py (`bench/bench_ownership.py` prints the table). The
-sparse peaks (one per 80 ms x 500 Hz neighbourhood, within 15 dB of the loudest
-peak nearby) survive 5 dB of white noise, codecs and a second voice; the hop of
-4 ms keeps them in place under any trim (a 16 ms hop lost half of them).
+The fingerprint itself (peaks, landmark hashes, and how their parameters were
+chosen) is builder/fingerprint.py; this module looks every recording up against all
+the others, in batches whose size does not grow with the collection.
 """
 
 from __future__ import annotations
@@ -46,16 +43,16 @@ from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
 from .recordings import SpeechOutcome
 
-# A landmark whose hash recordings of other participants than its own hold more often
-# than this says nothing (speech-like commonplace): it is looked up nowhere, so the
-# lookup's work per recording is bounded however large the collection grows.
+# A landmark whose hash more than this many landmarks of other participants than its
+# own hold says nothing (speech-like commonplace, a stop-list): it is looked up nowhere,
+# so the lookup's work per landmark is bounded however large the collection grows.
 COMMON = 64
 # Two recordings hold the same audio when, at one (ratio, offset within a frame),
 # at least MIN_HITS landmarks agree and these are at least MIN_SHARE of the landmarks
 # of the shorter one. Measured (bench/bench_ownership.py): distinct demo recordings of
-# different participants agree on at most 5 landmarks (1.7%); the hardest edit in
-# scope (5 dB SNR white noise, or MP3 of a 0.95 speed change with 10 dB noise) keeps
-# at least 18 (6%).
+# different participants agree on at most 5 landmarks (1.4%); the hardest edits in
+# scope keep at least 13 (5 dB SNR white noise: 16, 5.2%; MP3 of a 0.95 speed change
+# with 10 dB noise: 13, 4.7%), but for one 48 kHz copy labelled 32 kHz (11, missed).
 MIN_HITS = 12
 MIN_SHARE = 0.04
 # Peaks of the query recordings one step of the lookup rescales at once (about 5

@@ -144,6 +144,23 @@ def test_every_copy_in_a_collection_is_found_and_nothing_else():
     assert {owners[i] for i, _ in found} <= {p.parent.name for p in originals}
 
 
+@pytest.mark.parametrize("takes", [1, 70])
+def test_a_participants_many_takes_of_one_voice_do_not_hide_a_copy(takes):
+    """The stop-list counts the landmarks of other participants only: a participant who
+    recorded one sentence more times than COMMON (their hashes all common among their
+    own takes) still has a copy under another participant found, as with one take."""
+    from redvox.builder import ownership
+
+    assert takes == 1 or takes > ownership.COMMON
+    path = sorted(DEMO_AUDIO.glob("demo-p02/*.flac"))[0]
+    samples = decode_audio(path).samples
+    rng = np.random.default_rng(takes)
+    prints = [fingerprint(samples * rng.uniform(0.5, 1.0)) for _ in range(takes)]
+    prints.append(fingerprint(samples[1600:] * 0.7))  # the copy, trimmed and quieter
+    owners = ["demo-p02"] * takes + ["thief"]
+    assert matching_pairs(prints, owners) == {(k, takes) for k in range(takes)}
+
+
 def test_batches_of_queries_and_fingerprints_as_text_find_the_same_scores(monkeypatch):
     """A large collection is looked up a few query recordings at a time, its
     fingerprints given as text: the same scores as one batch over every recording."""

@@ -14,26 +14,21 @@ recording are rescaled by every ratio of RATIOS and hashed again, so a copy play
 up to 10% faster or slower, or mislabelled between the common sample rates, still
 shares its hashes at one (ratio, offset).
 
-How the parameters were chosen (docs/ARCHITECTURE.md, "Data flow"): on the demo
-corpus, every demo recording filed under another participant after each careless
-edit of tests/audio_edits.py (`bench/bench_ownership.py` prints the table). The
-sparse peaks (one per 80 ms x 500 Hz neighbourhood, within 15 dB of the loudest
-peak nearby) survive 5 dB of white noise, codecs and a second voice; the hop of
-4 ms keeps them in place under any trim (a 16 ms hop lost half of them).
+The fingerprint itself (peaks, landmark hashes, and how their parameters were
+chosen) is builder/fingerprint.py; this module looks every recording up against all
+the others, in batches whose size does not grow with the collection.
 """
 
 from __future__ import annotations
 
-import base64
 import math
 from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import NoneType
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
-from scipy.ndimage import maximum_filter
 
 from redvox.schemas.config import AudioLimits, InputConfig
 from redvox.schemas.errors import UserError
@@ -43,35 +38,26 @@ from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
+from .fingerprint import FINGERPRINT_FORMAT, HASH_BITS, SUB, Fingerprint, fingerprint, landmarks
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
+from .recordings import SpeechOutcome
 
-if TYPE_CHECKING:
-    from .recordings import SpeechOutcome
-
-N_FFT = 512  # 32 ms at 16 kHz, bins of 31.25 Hz
-HOP = 64  # 4 ms: a peak stays in its frame whatever was trimmed before it
-LOW_BIN, HIGH_BIN = 6, 128  # 190 Hz - 4 kHz, where speech outlasts added noise
-PEAK_T, PEAK_F = 20, 8  # a peak is the loudest of +-80 ms x +-250 Hz around it
-RANGE_DB = 15.0  # ... and within this of the loudest peak of those 160 ms
-FLOOR_DB = -90.0  # relative to a full-scale sine: digital silence has no peaks
-BLOCK = 4096  # frames of the spectrogram held at once (16 s): memory stays flat
-SUB = 8  # peaks are stored in 1/8 of a frame and of a bin (parabolic refinement)
-FAN = 10  # each peak is paired with the next FAN peaks ...
-DT_MAX = 100  # ... at most 400 ms later (frames; the hash holds 7 bits of it)
-DF_MAX = 63  # ... and at most 63 bins higher or lower
-# A hash held by more landmarks than this at once says nothing (speech-like commonplace).
+# A landmark whose hash more than this many landmarks of other participants than its
+# own hold says nothing (speech-like commonplace, a stop-list): it is looked up nowhere,
+# so the lookup's work per landmark is bounded however large the collection grows.
 COMMON = 64
 # Two recordings hold the same audio when, at one (ratio, offset within a frame),
 # at least MIN_HITS landmarks agree and these are at least MIN_SHARE of the landmarks
 # of the shorter one. Measured (bench/bench_ownership.py): distinct demo recordings of
-# different participants agree on at most 5 landmarks (1.7%); the hardest edit in
-# scope (5 dB SNR white noise, or MP3 of a 0.95 speed change with 10 dB noise) keeps
-# at least 18 (6%).
+# different participants agree on at most 5 landmarks (1.4%); the hardest edits in
+# scope keep at least 13 (5 dB SNR white noise: 16, 5.2%; MP3 of a 0.95 speed change
+# with 10 dB noise: 13, 4.7%), but for one 48 kHz copy labelled 32 kHz (11, missed).
 MIN_HITS = 12
 MIN_SHARE = 0.04
-# Landmarks one pass of the lookup sorts: about 40 bytes each while it runs.
-LANDMARKS_PER_PASS = 1 << 22
+# Peaks of the query recordings one step of the lookup rescales at once (about 5
+# landmarks each, and a few shared landmarks for each of those: some 100 bytes a peak).
+PEAKS_PER_BATCH = 1 << 16
 COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
@@ -88,82 +74,11 @@ def _ratios() -> tuple[float, ...]:
 
 
 RATIOS = _ratios()
-# Bumped when the fingerprint changes, so cached fingerprints are recomputed.
-FINGERPRINT_FORMAT = "landmarks-v1"
+_OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
 
 
 class NoiseBankVoiceError(UserError, ValueError):
     """A noise-bank file holds a contribution's audio: the bank must hold no one's voice."""
-
-
-@dataclass(frozen=True)
-class Fingerprint:
-    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin."""
-
-    times: np.ndarray  # int64
-    bins: np.ndarray  # int64
-
-    def to_text(self) -> str:
-        """Compact text for the cache: the times (4 bytes each), then the bins (2 bytes)."""
-        data = self.times.astype("<i4").tobytes() + self.bins.astype("<i2").tobytes()
-        return base64.b64encode(data).decode("ascii")
-
-    @classmethod
-    def from_text(cls, text: str) -> Fingerprint:
-        data = base64.b64decode(text)
-        count = len(data) // 6
-        times = np.frombuffer(data[: 4 * count], "<i4").astype(np.int64)
-        return cls(times, np.frombuffer(data[4 * count :], "<i2").astype(np.int64))
-
-
-_WINDOW = np.hanning(N_FFT).astype(np.float32)
-_FULL_SCALE = (N_FFT / 4) ** 2  # power of a full-scale sine's bin under the window
-
-
-def _spectrogram(samples: np.ndarray, first: int, count: int) -> np.ndarray:
-    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1."""
-    segment = samples[first * HOP : (first + count - 1) * HOP + N_FFT]
-    step = segment.strides[0]
-    frames = np.lib.stride_tricks.as_strided(segment, (count, N_FFT), (step * HOP, step))
-    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=1)[:, : HIGH_BIN + 1]) ** 2
-    return (10 * np.log10(power / _FULL_SCALE + 1e-12)).astype(np.float32)
-
-
-def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
-    """Sub-step position of a peak from its neighbours (parabola through three levels)."""
-    curve = before - 2 * centre + after
-    with np.errstate(invalid="ignore", divide="ignore"):
-        shift = np.where(curve < 0, 0.5 * (before - after) / curve, 0.0)
-    return np.clip(shift, -0.5, 0.5)
-
-
-def fingerprint(samples: np.ndarray) -> Fingerprint:
-    """The peaks of mono 16 kHz float samples, computed BLOCK frames at a time (with the
-    neighbourhood of a peak as margin), so a 1-hour file costs a few MB beyond its samples."""
-    samples = np.ascontiguousarray(samples, dtype=np.float32)
-    count = 1 + (len(samples) - N_FFT) // HOP if len(samples) >= N_FFT else 0
-    times, bins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for start in range(0, count, BLOCK):
-        lo, hi = max(0, start - PEAK_T - 1), min(count, start + BLOCK + PEAK_T + 1)
-        level = _spectrogram(samples, lo, hi - lo)
-        loudest = maximum_filter(
-            level, (2 * PEAK_T + 1, 2 * PEAK_F + 1), mode="constant", cval=-np.inf
-        )
-        nearby = maximum_filter(
-            level[:, LOW_BIN:HIGH_BIN].max(axis=1), 2 * PEAK_T + 1, mode="nearest"
-        )
-        peak = (level == loudest) & (level > FLOOR_DB) & (level > (nearby - RANGE_DB)[:, None])
-        peak[:, :LOW_BIN] = peak[:, HIGH_BIN:] = False
-        peak[: start - lo] = peak[min(count, start + BLOCK) - lo :] = False
-        t, f = np.nonzero(peak)
-        centre = level[t, f]
-        df = _refined(centre, level[t, f - 1], level[t, f + 1])
-        dt = _refined(
-            centre, level[np.maximum(t - 1, 0), f], level[np.minimum(t + 1, len(level) - 1), f]
-        )
-        times.append(np.round((t + lo + dt) * SUB).astype(np.int64))
-        bins.append(np.round((f + df) * SUB).astype(np.int64))
-    return Fingerprint(np.concatenate(times), np.concatenate(bins))
 
 
 # --- the lookup ----------------------------------------------------------------------
@@ -171,15 +86,19 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
 
 @dataclass(frozen=True)
 class _Peaks:
-    """Every peak of the collection, ordered by recording, time, then frequency."""
+    """Every peak of the collection, ordered by recording (the recordings of one
+    participant next to each other), then time, then frequency."""
 
     times: np.ndarray  # frames (float)
     bins: np.ndarray  # bins (float)
     owner: np.ndarray  # recording index
+    order: np.ndarray  # the recordings, in the order of their peaks
+    rank: np.ndarray  # where each recording is in `order`
+    starts: np.ndarray  # where the peaks of order[k] start (one more: the end)
 
     @classmethod
-    def of(cls, fingerprints: Sequence[Fingerprint | str | None]) -> _Peaks:
-        times, bins, owner = [], [], []
+    def of(cls, fingerprints: Sequence[Fingerprint | str | None], owner_of: np.ndarray) -> _Peaks:
+        times, bins, owner = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, np.int64)]
         for i, item in enumerate(fingerprints):
             fp = Fingerprint.from_text(item) if isinstance(item, str) else item
             if fp is None:
@@ -187,36 +106,84 @@ class _Peaks:
             times.append(fp.times / SUB)
             bins.append(fp.bins / SUB)
             owner.append(np.full(len(fp.times), i, np.int64))
-        if not times:
-            return cls(np.zeros(0), np.zeros(0), np.zeros(0, np.int64))
         t, f, o = np.concatenate(times), np.concatenate(bins), np.concatenate(owner)
-        order = np.lexsort((f, t, o))
-        return cls(t[order], f[order], o[order])
-
-    def landmarks(self, ratio: float, lo: int, hi: int) -> tuple[np.ndarray, ...]:
-        """(hash, recording, anchor time) of the landmarks whose hash is in [lo, hi), the
-        peaks first rescaled as if played `ratio` times slower (f / ratio, t * ratio)."""
-        t, f = self.times * ratio, np.round(self.bins / ratio).astype(np.int64)
-        usable = (f >= 0) & (f < 256)
-        hashes, owners, anchors = [], [], []
-        n = len(t)
-        for k in range(1, min(FAN, n - 1) + 1):
-            a, b = slice(0, n - k), slice(k, n)
-            dt = np.round(t[b] - t[a]).astype(np.int64)
-            df = f[b] - f[a]
-            code = (f[a] << 14) | ((df + 64) << 7) | dt
-            keep = (self.owner[a] == self.owner[b]) & (dt >= 1) & (dt <= DT_MAX)
-            keep &= (np.abs(df) <= DF_MAX) & usable[a] & usable[b] & (code >= lo) & (code < hi)
-            hashes.append(code[keep])
-            owners.append(self.owner[a][keep])
-            anchors.append(t[a][keep])
-        if not hashes:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0)
-        return np.concatenate(hashes), np.concatenate(owners), np.concatenate(anchors)
+        recordings = np.argsort(owner_of, kind="stable")
+        rank = np.empty_like(recordings)
+        rank[recordings] = np.arange(len(recordings))
+        order = np.lexsort((f, t, rank[o]))
+        starts = np.searchsorted(rank[o[order]], np.arange(len(fingerprints) + 1))
+        return cls(t[order], f[order], o[order], recordings, rank, starts)
 
 
-_HASH_BITS = 22
-_OFFSET_BITS = 25  # (ratio, offset) in one int64: offsets of up to 18 h either way
+@dataclass(frozen=True)
+class _Index:
+    """The plain landmarks of every recording, sorted by (hash, participant): where each
+    hash's landmarks start is one table lookup, and those of a query's own participant
+    (one speaker's takes share most of theirs) are skipped as one range, found in a
+    table of the (participant, hash) ranges."""
+
+    recs: np.ndarray  # recording
+    anchors: np.ndarray  # anchor time, in 1/SUB of a frame
+    bounds: np.ndarray  # bounds[h]: the first landmark of hash h
+    blocks: np.ndarray  # participant << HASH_BITS | hash of each range, in order
+    block_start: np.ndarray  # where that range starts ...
+    block_end: np.ndarray  # ... and ends
+    totals: np.ndarray  # plain landmarks per recording
+    owner_of: np.ndarray  # participant of each recording
+
+    @classmethod
+    def of(cls, peaks: _Peaks, owner_of: np.ndarray) -> _Index:
+        hashes, recs, anchors = landmarks(peaks.times, peaks.bins, peaks.owner)
+        totals = np.bincount(recs, minlength=len(owner_of))
+        # One sort key, (hash, participant), and compact copies: what is held to the end
+        # is 8 bytes a landmark, and what the build holds for a moment about 40.
+        key = (hashes << 32) | owner_of[recs]
+        del hashes
+        order = np.argsort(key)
+        key = key[order]
+        recs = recs[order].astype(np.int32)
+        anchors = np.round(anchors[order] * SUB).astype(np.int32)
+        del order
+        hashes = key >> 32
+        bounds = np.r_[0, np.cumsum(np.bincount(hashes, minlength=1 << HASH_BITS))]
+        start = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+        end = np.r_[start[1:], len(key)]
+        block = ((key[start] & 0xFFFFFFFF) << HASH_BITS) | hashes[start]
+        by_block = np.argsort(block)
+        return cls(
+            recs,
+            anchors,
+            bounds,
+            block[by_block],
+            start[by_block],
+            end[by_block],
+            totals,
+            owner_of,
+        )
+
+    def shared(self, hashes: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query landmark, index landmark) of every landmark of another participant
+        sharing a query's hash, the hashes held by more than COMMON such left out."""
+        group = self.bounds[hashes], self.bounds[hashes + 1]
+        wanted = np.flatnonzero(group[1] > group[0])
+        first, last = group[0][wanted], group[1][wanted]
+        # The queries of a batch are of few participants: their searches stay in a few
+        # small stretches of the table.
+        key = (self.owner_of[queries[wanted]] << HASH_BITS) | hashes[wanted]
+        at = np.minimum(np.searchsorted(self.blocks, key), len(self.blocks) - 1)
+        held_own = self.blocks[at] == key
+        own = (
+            np.where(held_own, self.block_start[at], first),
+            np.where(held_own, self.block_end[at], first),
+        )
+        common = (last - first) - (own[1] - own[0]) > COMMON
+        found, held = [], []
+        for lo, hi in ((first, own[0]), (own[1], last)):
+            size = np.where(common, 0, hi - lo)
+            found.append(np.repeat(wanted, size))
+            start = np.repeat(lo - np.cumsum(size) + size, size)
+            held.append(np.arange(int(size.sum())) + start)
+        return np.concatenate(found), np.concatenate(held)
 
 
 @dataclass(frozen=True)
@@ -233,136 +200,106 @@ class Score:
 
 
 def pair_scores(
-    fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]
+    fingerprints: Sequence[Fingerprint | str | None],
+    owners: Sequence[str],
+    floor: int = MIN_HITS // 4,
 ) -> dict[tuple[int, int], Score]:
     """The best agreement of every pair (i, j), i < j, of recordings of different owners
-    that share any landmark (a fingerprint may be given as text: `Fingerprint.to_text`).
+    that agree on at least `floor` landmarks at one (ratio, offset) (a fingerprint may be
+    given as text: `Fingerprint.to_text`).
 
-    The landmarks are joined by hash in passes, each over one range of hash values of at
-    most about LANDMARKS_PER_PASS landmarks, so the lookup's memory is bounded however
-    many recordings there are; each pass joins the rescaled landmarks of every ratio
-    with the plain ones. What is kept between passes is one count per (pair, ratio,
-    offset) that shares a landmark."""
-    peaks = _Peaks.of(fingerprints)
+    The recordings are looked up in batches of about PEAKS_PER_BATCH peaks, one ratio
+    at a time: the batch's landmarks, rescaled by the ratio, are joined with the plain
+    landmarks of the collection, and every (query, candidate, offset) they share is
+    counted. What one step holds is bounded (its landmarks, and at most COMMON shared
+    landmarks for each), and so is what is kept between steps: the best offset of each
+    (pair, ratio) that reaches `floor`."""
     owner_ids = {name: n for n, name in enumerate(sorted(set(owners)))}
     owner_of = np.array([owner_ids[o] for o in owners], np.int64)
-    range_bits = max(0, math.ceil(math.log2(max(1, len(peaks.times) * FAN) / LANDMARKS_PER_PASS)))
-    span = 1 << (_HASH_BITS - min(range_bits, _HASH_BITS))
-    totals = np.zeros(len(fingerprints), np.int64)
-    pairs, offsets, counts = np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
-    for lo in range(0, 1 << _HASH_BITS, span):
-        found = _join_pass(peaks, owner_of, lo, lo + span, totals)
-        pairs, offsets, counts = _merged((pairs, offsets, counts), found)
-    return _best(pairs, offsets, counts, totals, len(fingerprints))
-
-
-def _join_pass(
-    peaks: _Peaks, owner_of: np.ndarray, lo: int, hi: int, totals: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """(pair, ratio-and-offset code) of every landmark with a hash in [lo, hi) that two
-    recordings of different owners share; adds the plain landmarks to `totals`.
-
-    The plain landmarks are sorted by (hash, owner), so the landmarks of a query's own
-    owner (one speaker's takes share most of theirs) are skipped as one range, never
-    paired one by one."""
-    hashes, recs, anchors = peaks.landmarks(1.0, lo, hi)
-    totals += np.bincount(recs, minlength=len(totals))
-    owners = int(owner_of.max()) + 1 if len(owner_of) else 1
-    keys = hashes * owners + owner_of[recs]
-    order = np.argsort(keys, kind="stable")
-    keys, recs, anchors = keys[order], recs[order], anchors[order]
-    # Where each hash's landmarks start: one table lookup per query, not a search.
-    bounds = np.r_[0, np.cumsum(np.bincount(hashes - lo, minlength=hi - lo))]
-    pairs, codes = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for n, ratio in enumerate(RATIOS):
-        q_hash, q_rec, q_anchor = peaks.landmarks(ratio, lo, hi)
-        group = bounds[q_hash - lo], bounds[q_hash - lo + 1]
-        wanted = (group[1] > group[0]) & (group[1] - group[0] <= COMMON)
-        q_hash, q_rec, q_anchor = q_hash[wanted], q_rec[wanted], q_anchor[wanted]
-        group = group[0][wanted], group[1][wanted]
-        own_key = q_hash * owners + owner_of[q_rec]
-        own = np.searchsorted(keys, own_key), np.searchsorted(keys, own_key + 1)
-        ratio_pairs, ratio_codes = [], []
-        for first, last in ((group[0], own[0]), (own[1], group[1])):
-            size = last - first
-            query = np.repeat(np.arange(len(q_rec)), size)
-            held = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
-            held += np.repeat(first, size)
-            a, b = q_rec[query], recs[held]
-            if ratio == 1.0:  # unscaled, i found in j is j found in i: counted once
-                a, b, query, held = a[a < b], b[a < b], query[a < b], held[a < b]
-            offset = np.round(anchors[held] - q_anchor[query]).astype(np.int64)
-            # The offset's sign follows the pair's order, so both directions of a copy agree.
-            offset = np.where(a < b, offset, -offset)
-            ratio_pairs.append(np.minimum(a, b) * len(totals) + np.maximum(a, b))
-            ratio_codes.append((n << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
-        kept = _repeated(np.concatenate(ratio_pairs), np.concatenate(ratio_codes))
-        pairs.append(kept[0])
-        codes.append(kept[1])
-    return np.concatenate(pairs), np.concatenate(codes)
-
-
-def _repeated(pairs: np.ndarray, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The (pair, code) entries of one ratio whose key, or a neighbouring offset, is seen
-    at least twice: a landmark shared once at an offset is chance (a copy shares MIN_HITS
-    at one), and most shared landmarks are that."""
-    order = np.lexsort((codes, pairs))
-    pairs, codes = pairs[order], codes[order]
-    if not len(pairs):
-        return pairs, codes
-    starts = np.flatnonzero(np.r_[True, (pairs[1:] != pairs[:-1]) | (codes[1:] != codes[:-1])])
-    counts = np.diff(np.r_[starts, len(pairs)])
-    near = counts.copy()
-    beside = (pairs[starts][1:] == pairs[starts][:-1]) & (
-        codes[starts][1:] == codes[starts][:-1] + 1
-    )
-    near[:-1] += np.where(beside, counts[1:], 0)
-    near[1:] += np.where(beside, counts[:-1], 0)
-    wanted = np.repeat(near >= 2, counts)
-    return pairs[wanted], codes[wanted]
-
-
-def _merged(
-    kept: tuple[np.ndarray, np.ndarray, np.ndarray], found: tuple[np.ndarray, np.ndarray]
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The (pair, code, count) runs of `kept` and of the codes `found`, summed per key."""
-    pairs = np.concatenate([kept[0], found[0]])
-    codes = np.concatenate([kept[1], found[1]])
-    counts = np.concatenate([kept[2], np.ones(len(found[0]), np.int64)])
-    if not len(pairs):
-        return pairs, codes, counts
-    order = np.lexsort((codes, pairs))
-    pairs, codes, counts = pairs[order], codes[order], counts[order]
-    new = np.r_[True, (pairs[1:] != pairs[:-1]) | (codes[1:] != codes[:-1])]
-    starts = np.flatnonzero(new)
-    return pairs[starts], codes[starts], np.add.reduceat(counts, starts)
-
-
-def _best(
-    pairs: np.ndarray, codes: np.ndarray, counts: np.ndarray, totals: np.ndarray, count: int
-) -> dict[tuple[int, int], Score]:
-    """Per pair, the (ratio, offset) with most hits, counting the offsets one frame
-    either side with it (a codec or a resample moves a copy by part of a frame)."""
-    hits = counts.copy()
-    same_next = (pairs[1:] == pairs[:-1]) & (codes[1:] == codes[:-1] + 1)
-    hits[:-1] += np.where(same_next, counts[1:], 0)
-    hits[1:] += np.where(same_next, counts[:-1], 0)
-    order = np.lexsort((codes, -hits, pairs))  # per pair: most hits, then the lowest code
+    peaks = _Peaks.of(fingerprints, owner_of)
+    index = _Index.of(peaks, owner_of)
+    count = len(fingerprints)
+    # A batch ends at the first recording past each multiple of PEAKS_PER_BATCH peaks.
+    cuts = np.searchsorted(peaks.starts, np.arange(0, peaks.starts[-1], PEAKS_PER_BATCH), "right")
+    edges = np.unique(np.r_[0, np.minimum(cuts, count), count])
+    found = [
+        _batch(peaks, index, int(first), int(last), n, floor)
+        for first, last in zip(edges[:-1], edges[1:], strict=True)
+        for n in range(len(RATIOS))
+    ]
+    pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
+    hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
+    ratios = np.concatenate([np.zeros(0, np.int64), *(f[2] for f in found)])
+    # Each pair was looked up from both sides (at a ratio and at its inverse): its best.
+    order = np.lexsort((ratios, -hits, pairs))
     first = order[np.r_[True, pairs[order][1:] != pairs[order][:-1]]] if len(order) else order
-    first = first[hits[first] >= MIN_HITS // 4]  # a pair sharing two or fewer says nothing
     scores = {}
     for k in first.tolist():
         i, j = divmod(int(pairs[k]), count)
-        shorter = max(1, int(min(totals[i], totals[j])))
-        ratio = RATIOS[int(codes[k]) >> _OFFSET_BITS]
-        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, ratio)
+        shorter = max(1, int(min(index.totals[i], index.totals[j])))
+        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, RATIOS[ratios[k]])
     return scores
+
+
+def _batch(
+    peaks: _Peaks, index: _Index, first: int, last: int, n: int, floor: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(pair i * count + j with i < j, hits, n) of the best offset of every pair of a
+    query recording order[first..last-1], rescaled by ratio n, and another
+    participant's recording that agree on at least `floor` landmarks there."""
+    count, ratio = len(index.totals), RATIOS[n]
+    lo, hi = peaks.starts[first], peaks.starts[last]
+    q_hash, q_local, q_anchor = landmarks(
+        peaks.times[lo:hi], peaks.bins[lo:hi], peaks.rank[peaks.owner[lo:hi]] - first, ratio
+    )
+    q_rec = peaks.order[q_local + first]
+    # In the order of the index's tables (participant, then hash): their reads are
+    # near each other, not all over memory.
+    by_key = np.argsort((index.owner_of[q_rec] << HASH_BITS) | q_hash)
+    q_hash, q_local, q_rec, q_anchor = (
+        q_hash[by_key],
+        q_local[by_key],
+        q_rec[by_key],
+        q_anchor[by_key],
+    )
+    query, held = index.shared(q_hash, q_rec)
+    b = index.recs[held].astype(np.int64)
+    if ratio == 1.0:  # unscaled, i found in j is j found in i: looked up from the first
+        keep = q_rec[query] < b
+        query, held, b = query[keep], held[keep], b[keep]
+    cell = q_local[query] * count + b
+    offset = np.round(index.anchors[held] / SUB - q_anchor[query]).astype(np.int64)
+    codes = np.sort((cell << _OFFSET_BITS) + offset + (1 << (_OFFSET_BITS - 1)))
+    # A pair's landmarks at one offset are at most all it shares: the pairs that share
+    # fewer than `floor` in all (most of them, by chance) are left out first.
+    cells = codes >> _OFFSET_BITS
+    starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
+    sizes = np.diff(np.r_[starts, len(codes)])
+    codes = codes[np.repeat(sizes >= floor, sizes)]
+    if not len(codes):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])
+    hits = np.diff(np.r_[starts, len(codes)])
+    codes = codes[starts]
+    counts = hits.copy()
+    beside = codes[1:] == codes[:-1] + 1  # offsets a frame apart (a codec, a resample)
+    hits[:-1] += np.where(beside, counts[1:], 0)
+    hits[1:] += np.where(beside, counts[:-1], 0)
+    wanted = hits >= floor  # most shared landmarks are chance, one or two at an offset
+    codes, hits = codes[wanted], hits[wanted]
+    cells = codes >> _OFFSET_BITS
+    order = np.lexsort((codes, -hits, cells))
+    best = order[np.r_[True, cells[order][1:] != cells[order][:-1]]] if len(order) else order
+    a, b = np.divmod(cells[best], count)
+    a = peaks.order[a + first]
+    return np.minimum(a, b) * count + np.maximum(a, b), hits[best], np.full(len(best), n)
 
 
 def matching_pairs(fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]) -> set:
     """Pairs (i, j), i < j, of recordings of different owners where one contains the
     other's audio (equal, part of it, or mixed with it), at any speed of RATIOS."""
-    return {pair for pair, score in pair_scores(fingerprints, owners).items() if score.same_audio}
+    scores = pair_scores(fingerprints, owners, floor=MIN_HITS)
+    return {pair for pair, score in scores.items() if score.same_audio}
 
 
 # --- the build step ------------------------------------------------------------------

@@ -36,9 +36,9 @@ from redvox.sources.audio import (
 )
 
 from .cache import BuildCache, digest_of
+from .fingerprint import fingerprint
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
-from .ownership import fingerprint
 from .rows import AudioRef
 from .vad import BatchedSileroVad, VadResult, judge_recording
 from .versions import VadParams

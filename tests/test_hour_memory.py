@@ -18,7 +18,7 @@ import soxr
 
 from redvox.builder import recordings
 from redvox.builder.cache import BuildCache
-from redvox.builder.ownership import HOP, SUB, Fingerprint
+from redvox.builder.fingerprint import HOP, SUB, Fingerprint
 from redvox.builder.versions import get_version
 from redvox.schemas import SAMPLE_RATE
 from redvox.schemas.config import AudioLimits

@@ -51,3 +51,29 @@ def test_only_the_root_cli_imports_by_name():
     evaluator_dataset = "release/evaluation/redvox_eval/dataset.py"
     registries = {"noise/__init__.py", "sources/texts/__init__.py"}
     assert users == {"builder/cli.py", *registries, evaluator_dataset}
+
+
+def test_no_module_of_builder_imports_itself_back():
+    """No import circle among the modules of builder/ (the ownership lookup reads the
+    decode step's outcomes; the decode step reads only the fingerprint module), counting
+    the imports made for type checking only."""
+    graph = {}
+    for path in sorted((ROOT / "builder").glob("*.py")):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                parts = node.module.split(".")
+                if parts[:2] == ["redvox", "builder"] and len(parts) > 2:
+                    names.add(parts[2])
+        graph[path.stem] = names & {p.stem for p in (ROOT / "builder").glob("*.py")}
+
+    def reaches(start: str, goal: str, seen: set[str]) -> bool:
+        return any(
+            nxt == goal or (nxt not in seen and reaches(nxt, goal, seen | {nxt}))
+            for nxt in graph.get(start, ())
+        )
+
+    circles = sorted(module for module in graph if reaches(module, module, {module}))
+    assert circles == []

@@ -1,0 +1,132 @@
+"""The landmark fingerprint of a recording (Wang's peak pairs, the Shazam method): its
+spectral peaks, and the hashes of the pairs they make. Pure signal processing, read by
+the decode step (builder/recordings.py, which fingerprints the released samples) and
+by the ownership lookup (builder/ownership.py, which compares them).
+
+A landmark pairs a peak with one of the FAN peaks that follow it, hashed from its
+frequency, the pair's frequency difference and its time delta. How the parameters
+were chosen (docs/ARCHITECTURE.md, "Data flow"): on the demo corpus, every demo
+recording filed under another participant after each careless edit of
+tests/audio_edits.py (`bench/bench_ownership.py` prints the table). The sparse peaks
+(one per 80 ms x 500 Hz neighbourhood, within 15 dB of the loudest peak nearby)
+survive 5 dB of white noise, codecs and a second voice; the hop of 4 ms keeps them in
+place under any trim (a 16 ms hop lost half of them).
+"""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.ndimage import maximum_filter
+
+N_FFT = 512  # 32 ms at 16 kHz, bins of 31.25 Hz
+HOP = 64  # 4 ms: a peak stays in its frame whatever was trimmed before it
+LOW_BIN, HIGH_BIN = 6, 128  # 190 Hz - 4 kHz, where speech outlasts added noise
+PEAK_T, PEAK_F = 20, 8  # a peak is the loudest of +-80 ms x +-250 Hz around it
+RANGE_DB = 15.0  # ... and within this of the loudest peak of those 160 ms
+FLOOR_DB = -90.0  # relative to a full-scale sine: digital silence has no peaks
+BLOCK = 4096  # frames of the spectrogram held at once (16 s): memory stays flat
+SUB = 8  # peaks are stored in 1/8 of a frame and of a bin (parabolic refinement)
+FAN = 10  # each peak is paired with the next FAN peaks ...
+DT_MAX = 100  # ... at most 400 ms later (frames; the hash holds 7 bits of it)
+DF_MAX = 63  # ... and at most 63 bins higher or lower
+# Bumped when the fingerprint changes, so cached fingerprints are recomputed.
+FINGERPRINT_FORMAT = "landmarks-v1"
+
+
+@dataclass(frozen=True)
+class Fingerprint:
+    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin."""
+
+    times: np.ndarray  # int64
+    bins: np.ndarray  # int64
+
+    def to_text(self) -> str:
+        """Compact text for the cache: the times (4 bytes each), then the bins (2 bytes)."""
+        data = self.times.astype("<i4").tobytes() + self.bins.astype("<i2").tobytes()
+        return base64.b64encode(data).decode("ascii")
+
+    @classmethod
+    def from_text(cls, text: str) -> Fingerprint:
+        data = base64.b64decode(text)
+        count = len(data) // 6
+        times = np.frombuffer(data[: 4 * count], "<i4").astype(np.int64)
+        return cls(times, np.frombuffer(data[4 * count :], "<i2").astype(np.int64))
+
+
+_WINDOW = np.hanning(N_FFT).astype(np.float32)
+_FULL_SCALE = (N_FFT / 4) ** 2  # power of a full-scale sine's bin under the window
+
+
+def _spectrogram(samples: np.ndarray, first: int, count: int) -> np.ndarray:
+    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1."""
+    segment = samples[first * HOP : (first + count - 1) * HOP + N_FFT]
+    step = segment.strides[0]
+    frames = np.lib.stride_tricks.as_strided(segment, (count, N_FFT), (step * HOP, step))
+    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=1)[:, : HIGH_BIN + 1]) ** 2
+    return (10 * np.log10(power / _FULL_SCALE + 1e-12)).astype(np.float32)
+
+
+def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
+    """Sub-step position of a peak from its neighbours (parabola through three levels)."""
+    curve = before - 2 * centre + after
+    with np.errstate(invalid="ignore", divide="ignore"):
+        shift = np.where(curve < 0, 0.5 * (before - after) / curve, 0.0)
+    return np.clip(shift, -0.5, 0.5)
+
+
+def fingerprint(samples: np.ndarray) -> Fingerprint:
+    """The peaks of mono 16 kHz float samples, computed BLOCK frames at a time (with the
+    neighbourhood of a peak as margin), so a 1-hour file costs a few MB beyond its samples."""
+    samples = np.ascontiguousarray(samples, dtype=np.float32)
+    count = 1 + (len(samples) - N_FFT) // HOP if len(samples) >= N_FFT else 0
+    times, bins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
+    for start in range(0, count, BLOCK):
+        lo, hi = max(0, start - PEAK_T - 1), min(count, start + BLOCK + PEAK_T + 1)
+        level = _spectrogram(samples, lo, hi - lo)
+        loudest = maximum_filter(
+            level, (2 * PEAK_T + 1, 2 * PEAK_F + 1), mode="constant", cval=-np.inf
+        )
+        nearby = maximum_filter(
+            level[:, LOW_BIN:HIGH_BIN].max(axis=1), 2 * PEAK_T + 1, mode="nearest"
+        )
+        peak = (level == loudest) & (level > FLOOR_DB) & (level > (nearby - RANGE_DB)[:, None])
+        peak[:, :LOW_BIN] = peak[:, HIGH_BIN:] = False
+        peak[: start - lo] = peak[min(count, start + BLOCK) - lo :] = False
+        t, f = np.nonzero(peak)
+        centre = level[t, f]
+        df = _refined(centre, level[t, f - 1], level[t, f + 1])
+        dt = _refined(
+            centre, level[np.maximum(t - 1, 0), f], level[np.minimum(t + 1, len(level) - 1), f]
+        )
+        times.append(np.round((t + lo + dt) * SUB).astype(np.int64))
+        bins.append(np.round((f + df) * SUB).astype(np.int64))
+    return Fingerprint(np.concatenate(times), np.concatenate(bins))
+
+
+HASH_BITS = 22  # a landmark's hash: 8 bits of frequency, 7 of its difference, 7 of delta
+
+
+def landmarks(
+    times: np.ndarray, bins: np.ndarray, groups: np.ndarray, ratio: float | np.ndarray = 1.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(hash, group, anchor time in frames) of the landmarks of peaks given in frames and
+    bins, ordered by group (a recording), then time, then frequency; a peak pairs only
+    with peaks of its own group. The peaks are first rescaled as if played `ratio`
+    times slower (f / ratio, t * ratio; one ratio, or one per peak)."""
+    t, f = times * ratio, np.round(bins / ratio).astype(np.int64)
+    usable = (f >= 0) & (f < 256)
+    hashes, owners, anchors = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], [np.zeros(0)]
+    n = len(t)
+    for k in range(1, min(FAN, n - 1) + 1):
+        a, b = slice(0, n - k), slice(k, n)
+        dt = np.round(t[b] - t[a]).astype(np.int64)
+        df = f[b] - f[a]
+        keep = (groups[a] == groups[b]) & (dt >= 1) & (dt <= DT_MAX)
+        keep &= (np.abs(df) <= DF_MAX) & usable[a] & usable[b]
+        hashes.append(((f[a] << 14) | ((df + 64) << 7) | dt)[keep])
+        owners.append(groups[a][keep])
+        anchors.append(t[a][keep])
+    return np.concatenate(hashes), np.concatenate(owners), np.concatenate(anchors)

@@ -32,41 +32,68 @@ SUB = 8  # peaks are stored in 1/8 of a frame and of a bin (parabolic refinement
 FAN = 10  # each peak is paired with the next FAN peaks ...
 DT_MAX = 100  # ... at most 400 ms later (frames; the hash holds 7 bits of it)
 DF_MAX = 63  # ... and at most 63 bins higher or lower
+# A rate mislabel by about an octave (16 kHz audio labelled 8 kHz or 32 kHz, 24 kHz
+# labelled 48 kHz) or by 3:2 (32 kHz labelled 48 kHz) moves the peaks themselves, not
+# only their places: what is loudest within 80 ms x 500 Hz of the copy is not what was
+# loudest within those of the original, and what was above or below the analysed band
+# comes into it. Rescaling the plain peaks misses such copies (4-6 of 11), so each
+# recording is also fingerprinted as it reads played this much faster, from its own
+# samples (a window of N_FFT * speed samples, a hop of HOP * speed: frame for frame and
+# bin for bin the spectrogram of the sped-up copy, with no resampled copy held). The
+# slower direction needs no fingerprint of its own: the copy played slower by 2 is
+# itself fingerprinted played faster by 2, which is the original again.
+FASTER = (2.0, 1.5)
 # Bumped when the fingerprint changes, so cached fingerprints are recomputed.
-FINGERPRINT_FORMAT = "landmarks-v1"
+# v2: the fingerprints played FASTER follow the plain one.
+FINGERPRINT_FORMAT = "landmarks-v2"
 
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin."""
+    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin; `faster`:
+    the (times, bins) of its peaks played each speed of FASTER times as fast, in frames
+    and bins of that copy."""
 
     times: np.ndarray  # int64
     bins: np.ndarray  # int64
+    faster: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
 
     def to_text(self) -> str:
-        """Compact text for the cache: the times (4 bytes each), then the bins (2 bytes)."""
-        data = self.times.astype("<i4").tobytes() + self.bins.astype("<i2").tobytes()
+        """Compact text for the cache: the number of peaks of each set (4 bytes each),
+        then, set by set (the plain one first), the times (4 bytes each), the bins (2)."""
+        sets = [(self.times, self.bins), *self.faster]
+        data = np.array([len(t) for t, _ in sets], "<i4").tobytes()
+        for times, bins in sets:
+            data += times.astype("<i4").tobytes() + bins.astype("<i2").tobytes()
         return base64.b64encode(data).decode("ascii")
 
     @classmethod
     def from_text(cls, text: str) -> Fingerprint:
         data = base64.b64decode(text)
-        count = len(data) // 6
-        times = np.frombuffer(data[: 4 * count], "<i4").astype(np.int64)
-        return cls(times, np.frombuffer(data[4 * count :], "<i2").astype(np.int64))
+        head = 4 * (1 + len(FASTER))
+        sets, at = [], head
+        for count in np.frombuffer(data[:head], "<i4").tolist():
+            times = np.frombuffer(data[at : at + 4 * count], "<i4").astype(np.int64)
+            at += 4 * count
+            sets.append((times, np.frombuffer(data[at : at + 2 * count], "<i2").astype(np.int64)))
+            at += 2 * count
+        if at != len(data):
+            raise ValueError(f"a fingerprint of {len(data)} bytes, not the {at} its counts say")
+        return cls(*sets[0], tuple(sets[1:]))
 
 
-_WINDOW = np.hanning(N_FFT).astype(np.float32)
-_FULL_SCALE = (N_FFT / 4) ** 2  # power of a full-scale sine's bin under the window
-
-
-def _spectrogram(samples: np.ndarray, first: int, count: int) -> np.ndarray:
-    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1."""
-    segment = samples[first * HOP : (first + count - 1) * HOP + N_FFT]
+def _spectrogram(samples: np.ndarray, first: int, count: int, speed: float) -> np.ndarray:
+    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1,
+    of the samples played `speed` times as fast (a window and a hop `speed` times as
+    long: N_FFT * speed and HOP * speed are whole numbers for every speed of FASTER)."""
+    size, hop = round(N_FFT * speed), round(HOP * speed)
+    segment = samples[first * hop : (first + count - 1) * hop + size]
     step = segment.strides[0]
-    frames = np.lib.stride_tricks.as_strided(segment, (count, N_FFT), (step * HOP, step))
-    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=1)[:, : HIGH_BIN + 1]) ** 2
-    return (10 * np.log10(power / _FULL_SCALE + 1e-12)).astype(np.float32)
+    frames = np.lib.stride_tricks.as_strided(segment, (count, size), (step * hop, step))
+    window = np.hanning(size).astype(np.float32)
+    power = np.abs(np.fft.rfft(frames * window, axis=1)[:, : HIGH_BIN + 1]) ** 2
+    full_scale = (size / 4) ** 2  # power of a full-scale sine's bin under the window
+    return (10 * np.log10(power / full_scale + 1e-12)).astype(np.float32)
 
 
 def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
@@ -78,14 +105,23 @@ def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.nd
 
 
 def fingerprint(samples: np.ndarray) -> Fingerprint:
-    """The peaks of mono 16 kHz float samples, computed BLOCK frames at a time (with the
-    neighbourhood of a peak as margin), so a 1-hour file costs a few MB beyond its samples."""
+    """The peaks of mono 16 kHz float samples, and those of the samples played each
+    speed of FASTER times as fast."""
     samples = np.ascontiguousarray(samples, dtype=np.float32)
-    count = 1 + (len(samples) - N_FFT) // HOP if len(samples) >= N_FFT else 0
+    return Fingerprint(*_peaks(samples, 1.0), tuple(_peaks(samples, s) for s in FASTER))
+
+
+def _peaks(samples: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+    """(times, bins) of the peaks of the samples played `speed` times as fast, computed
+    about BLOCK frames of the plain spectrogram at a time (with the neighbourhood of a
+    peak as margin), so a 1-hour file costs a few MB beyond its samples."""
+    size, hop = round(N_FFT * speed), round(HOP * speed)
+    count = 1 + (len(samples) - size) // hop if len(samples) >= size else 0
+    block = max(1, round(BLOCK / speed))
     times, bins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for start in range(0, count, BLOCK):
-        lo, hi = max(0, start - PEAK_T - 1), min(count, start + BLOCK + PEAK_T + 1)
-        level = _spectrogram(samples, lo, hi - lo)
+    for start in range(0, count, block):
+        lo, hi = max(0, start - PEAK_T - 1), min(count, start + block + PEAK_T + 1)
+        level = _spectrogram(samples, lo, hi - lo, speed)
         loudest = maximum_filter(
             level, (2 * PEAK_T + 1, 2 * PEAK_F + 1), mode="constant", cval=-np.inf
         )
@@ -94,7 +130,7 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
         )
         peak = (level == loudest) & (level > FLOOR_DB) & (level > (nearby - RANGE_DB)[:, None])
         peak[:, :LOW_BIN] = peak[:, HIGH_BIN:] = False
-        peak[: start - lo] = peak[min(count, start + BLOCK) - lo :] = False
+        peak[: start - lo] = peak[min(count, start + block) - lo :] = False
         t, f = np.nonzero(peak)
         centre = level[t, f]
         df = _refined(centre, level[t, f - 1], level[t, f + 1])
@@ -103,7 +139,7 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
         )
         times.append(np.round((t + lo + dt) * SUB).astype(np.int64))
         bins.append(np.round((f + df) * SUB).astype(np.int64))
-    return Fingerprint(np.concatenate(times), np.concatenate(bins))
+    return np.concatenate(times), np.concatenate(bins)
 
 
 HASH_BITS = 22  # a landmark's hash: 8 bits of frequency, 7 of its difference, 7 of delta

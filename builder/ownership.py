@@ -38,7 +38,15 @@ from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
-from .fingerprint import FINGERPRINT_FORMAT, HASH_BITS, SUB, Fingerprint, fingerprint, landmarks
+from .fingerprint import (
+    FASTER,
+    FINGERPRINT_FORMAT,
+    HASH_BITS,
+    SUB,
+    Fingerprint,
+    fingerprint,
+    landmarks,
+)
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
 from .recordings import SpeechOutcome
@@ -74,6 +82,23 @@ def _ratios() -> tuple[float, ...]:
 
 
 RATIOS = _ratios()
+
+
+def _faster_ratios() -> tuple[tuple[float, ...], ...]:
+    """For each speed s of FASTER, the ratios its peaks are looked up at: 1, and s over
+    every ratio of RATIOS outside the +-10% span within 10% of s, both ways (a 22.05 kHz
+    file labelled 48 kHz is the one played 2 times as fast, then 1.088 times). The
+    ratios between (a copy played 1.8 times as fast) are not: speeds beyond +-10% are
+    promised only for the rate mislabels."""
+    labels = [r for r in RATIOS if abs(math.log(r)) > -math.log(0.9)]
+    found = []
+    for s in FASTER:
+        near = {round(r / s, 6) for r in labels if abs(math.log(r / s)) <= -math.log(0.9) + 1e-9}
+        found.append(tuple(sorted(near | {round(1 / r, 6) for r in near})))
+    return tuple(found)
+
+
+FASTER_RATIOS = _faster_ratios()
 _OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
 
 
@@ -97,22 +122,32 @@ class _Peaks:
     starts: np.ndarray  # where the peaks of order[k] start (one more: the end)
 
     @classmethod
-    def of(cls, fingerprints: Sequence[Fingerprint | str | None], owner_of: np.ndarray) -> _Peaks:
+    def of(
+        cls, sets: Sequence[tuple[np.ndarray, np.ndarray] | None], owner_of: np.ndarray
+    ) -> _Peaks:
+        """From the (times, bins) of each recording's peaks (None: it has none)."""
         times, bins, owner = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, np.int64)]
-        for i, item in enumerate(fingerprints):
-            fp = Fingerprint.from_text(item) if isinstance(item, str) else item
-            if fp is None:
+        for i, item in enumerate(sets):
+            if item is None:
                 continue
-            times.append(fp.times / SUB)
-            bins.append(fp.bins / SUB)
-            owner.append(np.full(len(fp.times), i, np.int64))
+            times.append(item[0] / SUB)
+            bins.append(item[1] / SUB)
+            owner.append(np.full(len(item[0]), i, np.int64))
         t, f, o = np.concatenate(times), np.concatenate(bins), np.concatenate(owner)
         recordings = np.argsort(owner_of, kind="stable")
         rank = np.empty_like(recordings)
         rank[recordings] = np.arange(len(recordings))
         order = np.lexsort((f, t, rank[o]))
-        starts = np.searchsorted(rank[o[order]], np.arange(len(fingerprints) + 1))
+        starts = np.searchsorted(rank[o[order]], np.arange(len(sets) + 1))
         return cls(t[order], f[order], o[order], recordings, rank, starts)
+
+    def batches(self) -> list[tuple[int, int]]:
+        """(first, last) recordings of `order` of each batch: a batch ends at the first
+        recording past each multiple of PEAKS_PER_BATCH peaks."""
+        count = len(self.order)
+        cuts = np.searchsorted(self.starts, np.arange(0, self.starts[-1], PEAKS_PER_BATCH), "right")
+        edges = np.unique(np.r_[0, np.minimum(cuts, count), count]).tolist()
+        return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 @dataclass(frozen=True)
@@ -211,21 +246,25 @@ def pair_scores(
     The recordings are looked up in batches of about PEAKS_PER_BATCH peaks, one ratio
     at a time: the batch's landmarks, rescaled by the ratio, are joined with the plain
     landmarks of the collection, and every (query, candidate, offset) they share is
-    counted. What one step holds is bounded (its landmarks, and at most COMMON shared
-    landmarks for each), and so is what is kept between steps: the best offset of each
-    (pair, ratio) that reaches `floor`."""
+    counted; then so are the landmarks of the batch played each speed of FASTER (at
+    the few ratios of FASTER_RATIOS). What one step holds is bounded (its landmarks, and
+    at most COMMON shared landmarks for each), and so is what is kept between steps:
+    the best offset of each (pair, ratio) that reaches `floor`."""
     owner_ids = {name: n for n, name in enumerate(sorted(set(owners)))}
     owner_of = np.array([owner_ids[o] for o in owners], np.int64)
-    peaks = _Peaks.of(fingerprints, owner_of)
+    prints = [Fingerprint.from_text(f) if isinstance(f, str) else f for f in fingerprints]
+    peaks = _Peaks.of([(fp.times, fp.bins) if fp else None for fp in prints], owner_of)
     index = _Index.of(peaks, owner_of)
     count = len(fingerprints)
-    # A batch ends at the first recording past each multiple of PEAKS_PER_BATCH peaks.
-    cuts = np.searchsorted(peaks.starts, np.arange(0, peaks.starts[-1], PEAKS_PER_BATCH), "right")
-    edges = np.unique(np.r_[0, np.minimum(cuts, count), count])
+    # Every lookup: its peaks, its ratio, and that ratio as Score reports it.
+    lookups = [(peaks, r, r) for r in RATIOS]
+    for k, speed in enumerate(FASTER):
+        faster = _Peaks.of([fp.faster[k] if fp else None for fp in prints], owner_of)
+        lookups += [(faster, r, r / speed) for r in FASTER_RATIOS[k]]
     found = [
-        _batch(peaks, index, int(first), int(last), n, floor)
-        for first, last in zip(edges[:-1], edges[1:], strict=True)
-        for n in range(len(RATIOS))
+        _batch(query, index, first, last, n, ratio, floor, query is peaks)
+        for n, (query, ratio, _) in enumerate(lookups)
+        for first, last in query.batches()
     ]
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
@@ -237,17 +276,25 @@ def pair_scores(
     for k in first.tolist():
         i, j = divmod(int(pairs[k]), count)
         shorter = max(1, int(min(index.totals[i], index.totals[j])))
-        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, RATIOS[ratios[k]])
+        score = Score(int(hits[k]), int(hits[k]) / shorter, round(lookups[ratios[k]][2], 6))
+        scores[(i, j)] = score
     return scores
 
 
 def _batch(
-    peaks: _Peaks, index: _Index, first: int, last: int, n: int, floor: int
+    peaks: _Peaks,
+    index: _Index,
+    first: int,
+    last: int,
+    n: int,
+    ratio: float,
+    floor: int,
+    plain: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair i * count + j with i < j, hits, n) of the best offset of every pair of a
-    query recording order[first..last-1], rescaled by ratio n, and another
+    query recording order[first..last-1], its peaks rescaled by `ratio`, and another
     participant's recording that agree on at least `floor` landmarks there."""
-    count, ratio = len(index.totals), RATIOS[n]
+    count = len(index.totals)
     lo, hi = peaks.starts[first], peaks.starts[last]
     q_hash, q_local, q_anchor = landmarks(
         peaks.times[lo:hi], peaks.bins[lo:hi], peaks.rank[peaks.owner[lo:hi]] - first, ratio
@@ -264,7 +311,7 @@ def _batch(
     )
     query, held = index.shared(q_hash, q_rec)
     b = index.recs[held].astype(np.int64)
-    if ratio == 1.0:  # unscaled, i found in j is j found in i: looked up from the first
+    if plain and ratio == 1.0:  # unscaled, i found in j is j found in i: from the first
         keep = q_rec[query] < b
         query, held, b = query[keep], held[keep], b[keep]
     cell = q_local[query] * count + b

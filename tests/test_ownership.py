@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+from audio_edits import IN_SCOPE, mislabel
 from test_sources_contributions import corpus, row
 
 from redvox.builder.ownership import fingerprint, matching_pairs
@@ -107,6 +108,24 @@ def test_a_copy_shifted_by_any_amount_still_matches(pad):
     assert same_audio(samples, samples[pad:])
 
 
+def decoded(data: bytes, folder: Path) -> np.ndarray:
+    """What the build reads from a file's bytes: 16 kHz mono."""
+    path = folder / "copy"
+    path.write_bytes(data)
+    return decode_audio(path).samples
+
+
+@pytest.mark.parametrize("rates", [(16000, 8000), (24000, 48000), (48000, 32000), (32000, 16000)])
+@pytest.mark.parametrize("then", ["MP3", "noise 10 dB SNR", "trim start 1 s"])
+def test_a_mislabel_by_an_octave_or_by_3_2_then_another_edit_still_matches(tmp_path, rates, then):
+    """A file read at half, twice or 2/3 of its speed (its header names the wrong rate),
+    re-exported after a second careless edit: the peaks of the original played 2 or 1.5
+    times as fast are found in it (or its own, played so, in the original)."""
+    samples = decode_audio(DEMO_AUDIO / "demo-p10" / "en_shades_6.0.flac").samples
+    data, _ = IN_SCOPE[then](decoded(mislabel(samples, *rates)[0], tmp_path), samples)
+    assert same_audio(samples, decoded(data, tmp_path))
+
+
 def demo_fingerprints() -> tuple[list, list[str]]:
     """Every usable demo recording, owned by its participant (one participant's
     recordings share their spoken follow-up, as one voice saying the same words)."""
@@ -184,7 +203,7 @@ def test_batches_of_queries_and_fingerprints_as_text_find_the_same_scores(monkey
 
 def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     """Blocks of the spectrogram overlap by a peak's neighbourhood: the same peaks as
-    one block over the whole recording."""
+    one block over the whole recording, plain and played faster."""
     from redvox.builder import fingerprint as module
 
     samples = np.concatenate(
@@ -195,6 +214,9 @@ def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     blocks = fingerprint(samples)
     assert len(whole.times) > 500
     assert np.array_equal(whole.times, blocks.times) and np.array_equal(whole.bins, blocks.bins)
+    assert len(whole.faster) == len(module.FASTER) and all(len(t) > 200 for t, _ in whole.faster)
+    for (times, bins), (block_times, block_bins) in zip(whole.faster, blocks.faster, strict=True):
+        assert np.array_equal(times, block_times) and np.array_equal(bins, block_bins)
 
 
 # --- the build -----------------------------------------------------------------------

@@ -69,15 +69,30 @@ PEAKS_PER_BATCH = 1 << 16
 COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
+_SPAN = -math.log(0.9)  # speeds within 10% either way: log-distance at most this
+
+
+def _mislabels() -> list[float]:
+    """Every ratio of two common sample rates outside +-10% of 1, between 1/2.2 and 2.2
+    (a 16 kHz file labelled 8 kHz plays at half speed; beyond that too little of the
+    voice stays below 4 kHz)."""
+    labels = {a / b for a in COMMON_RATES for b in COMMON_RATES}
+    return sorted(r for r in labels if 1 / 2.2 <= r <= 2.2 and abs(math.log(r)) > _SPAN)
+
+
+def _played_faster(ratio: float, speed: float) -> bool:
+    """Whether a copy at `ratio` is within 10% of the recording played `speed` times as
+    fast or as slow: then the fingerprint played that fast finds it."""
+    return min(abs(math.log(ratio / speed)), abs(math.log(ratio * speed))) <= _SPAN + 1e-9
+
+
 def _ratios() -> tuple[float, ...]:
     """1, then 20 speeds log-spaced between 0.9 and 1/0.9 (1% apart: a peak at 4 kHz
-    moves half a bin at most between two of them), then every ratio of two common
-    sample rates outside that span, between 1/2.2 and 2.2 (a 16 kHz file labelled
-    8 kHz plays at half speed; beyond that too little of the voice stays below 4 kHz)."""
+    moves half a bin at most between two of them), then the mislabels that no
+    fingerprint played FASTER finds (32 kHz labelled 24 kHz and back)."""
     grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
     speeds = [1.0, *(float(r) for r in grid if abs(r - 1) > 1e-9)]
-    labels = {a / b for a in COMMON_RATES for b in COMMON_RATES}
-    speeds += sorted(r for r in labels if 1 / 2.2 <= r <= 2.2 and abs(math.log(r)) > -math.log(0.9))
+    speeds += [r for r in _mislabels() if not any(_played_faster(r, s) for s in FASTER)]
     return tuple(round(r, 6) for r in speeds)
 
 
@@ -85,17 +100,25 @@ RATIOS = _ratios()
 
 
 def _faster_ratios() -> tuple[tuple[float, ...], ...]:
-    """For each speed s of FASTER, the ratios its peaks are looked up at: 1, and s over
-    every ratio of RATIOS outside the +-10% span within 10% of s, both ways (a 22.05 kHz
-    file labelled 48 kHz is the one played 2 times as fast, then 1.088 times). The
-    ratios between (a copy played 1.8 times as fast) are not: speeds beyond +-10% are
-    promised only for the rate mislabels."""
-    labels = [r for r in RATIOS if abs(math.log(r)) > -math.log(0.9)]
-    found = []
-    for s in FASTER:
-        near = {round(r / s, 6) for r in labels if abs(math.log(r / s)) <= -math.log(0.9) + 1e-9}
-        found.append(tuple(sorted(near | {round(1 / r, 6) for r in near})))
-    return tuple(found)
+    """For each speed s of FASTER, the ratios its peaks are looked up at: what is left
+    of each mislabel within 10% of s or 1/s once played s times as fast, both ways (a
+    22.05 kHz file labelled 48 kHz is its recording played 2 times as fast, then 1.088
+    times; a 48 kHz one labelled 22.05 kHz played 2 times as fast is its recording
+    played 1.088 times as slow). The speeds between (a copy played 1.8 times as fast)
+    are not looked up: beyond +-10%, only the rate mislabels are promised."""
+    return tuple(
+        tuple(
+            sorted(
+                {
+                    round(left, 6)
+                    for r in _mislabels()
+                    for left in (r / s, r * s)
+                    if abs(math.log(left)) <= _SPAN + 1e-9
+                }
+            )
+        )
+        for s in FASTER
+    )
 
 
 FASTER_RATIOS = _faster_ratios()

@@ -11,8 +11,11 @@ added before or after it or mixed into it, so *containment* is found, not only
 equality. A speed change (a resample, or a file whose header states the wrong
 sample rate) scales every frequency by r and every delta by 1/r: the peaks of each
 recording are rescaled by every ratio of RATIOS and hashed again, so a copy played
-up to 10% faster or slower, or mislabelled between the common sample rates, still
-shares its hashes at one (ratio, offset).
+up to 10% faster or slower still shares its hashes at one (ratio, offset). A
+mislabel by about 2 or 3:2 moves the peaks themselves; the peaks of each recording
+played 2 and 1.5 times as fast (builder/fingerprint.py FASTER) are looked up too, at
+the ratios of FASTER_RATIOS, so a copy mislabelled between any two common sample
+rates (within 2.2 times) is found.
 
 The fingerprint itself (peaks, landmark hashes, and how their parameters were
 chosen) is builder/fingerprint.py; this module looks every recording up against all
@@ -60,7 +63,7 @@ COMMON = 64
 # of the shorter one. Measured (bench/bench_ownership.py): distinct demo recordings of
 # different participants agree on at most 5 landmarks (1.4%); the hardest edits in
 # scope keep at least 13 (5 dB SNR white noise: 16, 5.2%; MP3 of a 0.95 speed change
-# with 10 dB noise: 13, 4.7%), but for one 48 kHz copy labelled 32 kHz (11, missed).
+# with 10 dB noise: 13, 4.7%); every rate mislabel at least 21.
 MIN_HITS = 12
 MIN_SHARE = 0.04
 # Peaks of the query recordings one step of the lookup rescales at once (about 5
@@ -368,7 +371,8 @@ def _batch(
 
 def matching_pairs(fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]) -> set:
     """Pairs (i, j), i < j, of recordings of different owners where one contains the
-    other's audio (equal, part of it, or mixed with it), at any speed of RATIOS."""
+    other's audio (equal, part of it, or mixed with it), at any speed of RATIOS or
+    rate mislabel."""
     scores = pair_scores(fingerprints, owners, floor=MIN_HITS)
     return {pair for pair, score in scores.items() if score.same_audio}
 

@@ -3,10 +3,12 @@ reaches a set, whether by path, link or a re-encoded copy of the same audio."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -14,13 +16,19 @@ import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
 from audio_edits import IN_SCOPE, mislabel
+from test_audio_limits import recording
 from test_sources_contributions import corpus, row
 
+from redvox.builder.cache import BuildCache, digest_of
+from redvox.builder.fingerprint import FASTER, FINGERPRINT_FORMAT, Fingerprint
 from redvox.builder.ownership import fingerprint, matching_pairs
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.pseudonym import KEY_ENV, pseudonymize
-from redvox.builder.versions import VERSIONS
+from redvox.builder.recordings import DECODE_FORMAT, DecodeFact, normalise_recordings
+from redvox.builder.versions import VERSIONS, VadParams
 from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas.config import AudioLimits
+from redvox.schemas.layout import sha256_file
 from redvox.sources.audio import decode_audio
 from redvox.sources.contributions import read_contributions
 
@@ -217,6 +225,38 @@ def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     assert len(whole.faster) == len(module.FASTER) and all(len(t) > 200 for t, _ in whole.faster)
     for (times, bins), (block_times, block_bins) in zip(whole.faster, blocks.faster, strict=True):
         assert np.array_equal(times, block_times) and np.array_equal(bins, block_bins)
+
+
+def test_a_decode_cache_of_the_previous_fingerprint_format_is_not_misread(tmp_path):
+    """A cache written before the played-faster peaks (its decode facts carry the plain
+    peaks alone, under a key without the fingerprint's format) is not read as today's
+    fingerprint: the recording is fingerprinted again, as with no cache."""
+    path = DEMO_AUDIO / "demo-p10" / "en_shades_6.0.flac"
+    sha, limits = sha256_file(path), AudioLimits()
+
+    def outcome(cache: BuildCache):
+        (found,) = normalise_recordings(
+            [path], [sha], [recording(path.name)], VadParams(), cache, progress=False
+        )
+        return found
+
+    cache = BuildCache(tmp_path / "fresh")
+    fresh = outcome(cache)
+    now = Fingerprint.from_text(fresh.fingerprint)
+    assert len(now.faster) == len(FASTER) and all(len(t) for t, _ in now.faster)
+    fact = cache.get(
+        DecodeFact, digest_of(DECODE_FORMAT, FINGERPRINT_FORMAT, sha, limits.model_dump_json())
+    )
+    plain = now.times.astype("<i4").tobytes() + now.bins.astype("<i2").tobytes()
+    old = BuildCache(tmp_path / "old")
+    old.put_blob(cache.blob(fact.blob))
+    old.put(
+        digest_of(DECODE_FORMAT, sha, limits.model_dump_json()),
+        replace(fact, fingerprint=base64.b64encode(plain).decode("ascii")),
+    )
+    with pytest.raises(ValueError, match="not a fingerprint"):
+        Fingerprint.from_text(base64.b64encode(plain).decode("ascii"))
+    assert outcome(old).fingerprint == fresh.fingerprint
 
 
 # --- the build -----------------------------------------------------------------------

@@ -227,6 +227,24 @@ def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
         assert np.array_equal(times, block_times) and np.array_equal(bins, block_bins)
 
 
+def test_the_peak_neighbourhood_maximum_is_scipys_maximum_filter():
+    """The doubling maximum of the peak picking gives what scipy.ndimage computes for
+    the same +-PEAK_T x +-PEAK_F neighbourhood, at the edges and on blocks of any shape
+    (ties, silence at -inf dB and blocks shorter than the neighbourhood included)."""
+    from scipy.ndimage import maximum_filter
+
+    from redvox.builder import fingerprint as module
+
+    rng = np.random.default_rng(3)
+    size = (2 * module.PEAK_T + 1, 2 * module.PEAK_F + 1)
+    for frames, bins in [(4138, 129), (1, 129), (7, 3), (40, 129), (41, 17), (100, 1)]:
+        level = np.round(rng.normal(-40, 20, (frames, bins))).astype(np.float32)
+        level[rng.random(level.shape) < 0.2] = -np.inf
+        expected = maximum_filter(level, size, mode="constant", cval=-np.inf)
+        found = module._window_max(module._window_max(level, module.PEAK_T, 0), module.PEAK_F, 1)
+        assert np.array_equal(found, expected), (frames, bins)
+
+
 def test_a_decode_cache_of_the_previous_fingerprint_format_is_not_misread(tmp_path):
     """A cache written before the played-faster peaks (its decode facts carry the plain
     peaks alone, under a key without the fingerprint's format) is not read as today's

@@ -16,10 +16,12 @@ place under any trim (a 16 ms hop lost half of them).
 from __future__ import annotations
 
 import base64
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.ndimage import maximum_filter
+import scipy.fft
+from scipy.ndimage import maximum_filter1d
 
 N_FFT = 512  # 32 ms at 16 kHz, bins of 31.25 Hz
 HOP = 64  # 4 ms: a peak stays in its frame whatever was trimmed before it
@@ -32,41 +34,104 @@ SUB = 8  # peaks are stored in 1/8 of a frame and of a bin (parabolic refinement
 FAN = 10  # each peak is paired with the next FAN peaks ...
 DT_MAX = 100  # ... at most 400 ms later (frames; the hash holds 7 bits of it)
 DF_MAX = 63  # ... and at most 63 bins higher or lower
+# A rate mislabel by about an octave (16 kHz audio labelled 8 kHz or 32 kHz, 24 kHz
+# labelled 48 kHz) or by 3:2 (32 kHz labelled 48 kHz) moves the peaks themselves, not
+# only their places: what is loudest within 80 ms x 500 Hz of the copy is not what was
+# loudest within those of the original, and what was above or below the analysed band
+# comes into it. Rescaling the plain peaks misses such copies (4-6 of 11), so each
+# recording is also fingerprinted as it reads played this much faster, from its own
+# samples (a window of N_FFT * speed samples, a hop of HOP * speed: frame for frame and
+# bin for bin the spectrogram of the sped-up copy, with no resampled copy held). The
+# slower direction needs no fingerprint of its own: the copy played slower by 2 is
+# itself fingerprinted played faster by 2, which is the original again.
+FASTER = (2.0, 1.5)
 # Bumped when the fingerprint changes, so cached fingerprints are recomputed.
-FINGERPRINT_FORMAT = "landmarks-v1"
+# v2: the fingerprints played FASTER follow the plain one.
+FINGERPRINT_FORMAT = "landmarks-v2"
 
 
 @dataclass(frozen=True)
 class Fingerprint:
-    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin."""
+    """The spectral peaks of a recording, in 1/SUB of a frame and of a bin; `faster`:
+    the (times, bins) of its peaks played each speed of FASTER times as fast, in frames
+    and bins of that copy."""
 
     times: np.ndarray  # int64
     bins: np.ndarray  # int64
+    faster: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
 
     def to_text(self) -> str:
-        """Compact text for the cache: the times (4 bytes each), then the bins (2 bytes)."""
-        data = self.times.astype("<i4").tobytes() + self.bins.astype("<i2").tobytes()
+        """Compact text for the cache: the number of peak sets, the number of peaks of
+        each (4 bytes each), then set by set (the plain one first) the times (4 bytes
+        each) and the bins (2)."""
+        sets = [(self.times, self.bins), *self.faster]
+        data = np.array([len(sets), *(len(t) for t, _ in sets)], "<i4").tobytes()
+        for times, bins in sets:
+            data += times.astype("<i4").tobytes() + bins.astype("<i2").tobytes()
         return base64.b64encode(data).decode("ascii")
 
     @classmethod
     def from_text(cls, text: str) -> Fingerprint:
         data = base64.b64decode(text)
-        count = len(data) // 6
-        times = np.frombuffer(data[: 4 * count], "<i4").astype(np.int64)
-        return cls(times, np.frombuffer(data[4 * count :], "<i2").astype(np.int64))
+        sets = int(np.frombuffer(data[:4], "<i4")[0]) if len(data) >= 4 else 0
+        counts = np.frombuffer(data[4 : 4 * (1 + sets)], "<i4").tolist() if sets > 0 else []
+        at = 4 * (1 + len(counts))
+        if (
+            not counts
+            or len(counts) != sets
+            or min(counts) < 0
+            or 6 * sum(counts) != len(data) - at
+        ):
+            raise ValueError(f"{len(data)} bytes that are not a fingerprint ({FINGERPRINT_FORMAT})")
+        found = []
+        for count in counts:
+            times = np.frombuffer(data[at : at + 4 * count], "<i4").astype(np.int64)
+            at += 4 * count
+            found.append((times, np.frombuffer(data[at : at + 2 * count], "<i2").astype(np.int64)))
+            at += 2 * count
+        return cls(*found[0], tuple(found[1:]))
 
 
-_WINDOW = np.hanning(N_FFT).astype(np.float32)
-_FULL_SCALE = (N_FFT / 4) ** 2  # power of a full-scale sine's bin under the window
-
-
-def _spectrogram(samples: np.ndarray, first: int, count: int) -> np.ndarray:
-    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1."""
-    segment = samples[first * HOP : (first + count - 1) * HOP + N_FFT]
+def _spectrogram(samples: np.ndarray, first: int, count: int, speed: float) -> np.ndarray:
+    """Level (dB re a full-scale sine) of frames first..first+count, bins < HIGH_BIN + 1,
+    of the samples played `speed` times as fast (a window and a hop `speed` times as
+    long: N_FFT * speed and HOP * speed are whole numbers for every speed of FASTER)."""
+    size, hop = round(N_FFT * speed), round(HOP * speed)
+    segment = samples[first * hop : (first + count - 1) * hop + size]
     step = segment.strides[0]
-    frames = np.lib.stride_tricks.as_strided(segment, (count, N_FFT), (step * HOP, step))
-    power = np.abs(np.fft.rfft(frames * _WINDOW, axis=1)[:, : HIGH_BIN + 1]) ** 2
-    return (10 * np.log10(power / _FULL_SCALE + 1e-12)).astype(np.float32)
+    frames = np.lib.stride_tricks.as_strided(segment, (count, size), (step * hop, step))
+    # In single precision (scipy's FFT keeps it: 3-5 times numpy's double-precision one).
+    spectrum = scipy.fft.rfft(frames * _window(size), axis=1)[:, : HIGH_BIN + 1]
+    power = spectrum.real**2 + spectrum.imag**2
+    full_scale = np.float32((size / 4) ** 2)  # power of a full-scale sine's bin
+    return 10 * np.log10(power / full_scale + np.float32(1e-12))
+
+
+@functools.cache
+def _window(size: int) -> np.ndarray:
+    return np.hanning(size).astype(np.float32)
+
+
+def _window_max(level: np.ndarray, half: int, axis: int) -> np.ndarray:
+    """The maximum of every value's neighbourhood of +-`half` along `axis` (nothing
+    beyond the edges), as the maximum of two overlapping windows whose width is a power
+    of two, each built by doubling: a few passes over the block, not one per value."""
+    size = 2 * half + 1
+    shape = list(level.shape)
+    shape[axis] = half
+    edge = np.full(shape, -np.inf, level.dtype)
+    table = np.concatenate([edge, level, edge], axis=axis)
+
+    def part(first: int, count: int) -> np.ndarray:
+        return table[(slice(None),) * axis + (slice(first, first + count),)]
+
+    width = 1
+    while 2 * width <= size:
+        count = table.shape[axis] - width
+        table = np.maximum(part(0, count), part(width, count))
+        width *= 2
+    n = level.shape[axis]
+    return np.maximum(part(0, n), part(size - width, n))
 
 
 def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.ndarray:
@@ -78,23 +143,30 @@ def _refined(centre: np.ndarray, before: np.ndarray, after: np.ndarray) -> np.nd
 
 
 def fingerprint(samples: np.ndarray) -> Fingerprint:
-    """The peaks of mono 16 kHz float samples, computed BLOCK frames at a time (with the
-    neighbourhood of a peak as margin), so a 1-hour file costs a few MB beyond its samples."""
+    """The peaks of mono 16 kHz float samples, and those of the samples played each
+    speed of FASTER times as fast."""
     samples = np.ascontiguousarray(samples, dtype=np.float32)
-    count = 1 + (len(samples) - N_FFT) // HOP if len(samples) >= N_FFT else 0
+    return Fingerprint(*_peaks(samples, 1.0), tuple(_peaks(samples, s) for s in FASTER))
+
+
+def _peaks(samples: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+    """(times, bins) of the peaks of the samples played `speed` times as fast, computed
+    about BLOCK frames of the plain spectrogram at a time (with the neighbourhood of a
+    peak as margin), so a 1-hour file costs a few MB beyond its samples."""
+    size, hop = round(N_FFT * speed), round(HOP * speed)
+    count = 1 + (len(samples) - size) // hop if len(samples) >= size else 0
+    block = max(1, round(BLOCK / speed))
     times, bins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
-    for start in range(0, count, BLOCK):
-        lo, hi = max(0, start - PEAK_T - 1), min(count, start + BLOCK + PEAK_T + 1)
-        level = _spectrogram(samples, lo, hi - lo)
-        loudest = maximum_filter(
-            level, (2 * PEAK_T + 1, 2 * PEAK_F + 1), mode="constant", cval=-np.inf
-        )
-        nearby = maximum_filter(
+    for start in range(0, count, block):
+        lo, hi = max(0, start - PEAK_T - 1), min(count, start + block + PEAK_T + 1)
+        level = _spectrogram(samples, lo, hi - lo, speed)
+        loudest = _window_max(_window_max(level, PEAK_T, 0), PEAK_F, 1)
+        nearby = maximum_filter1d(
             level[:, LOW_BIN:HIGH_BIN].max(axis=1), 2 * PEAK_T + 1, mode="nearest"
         )
         peak = (level == loudest) & (level > FLOOR_DB) & (level > (nearby - RANGE_DB)[:, None])
         peak[:, :LOW_BIN] = peak[:, HIGH_BIN:] = False
-        peak[: start - lo] = peak[min(count, start + BLOCK) - lo :] = False
+        peak[: start - lo] = peak[min(count, start + block) - lo :] = False
         t, f = np.nonzero(peak)
         centre = level[t, f]
         df = _refined(centre, level[t, f - 1], level[t, f + 1])
@@ -103,7 +175,7 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
         )
         times.append(np.round((t + lo + dt) * SUB).astype(np.int64))
         bins.append(np.round((f + df) * SUB).astype(np.int64))
-    return Fingerprint(np.concatenate(times), np.concatenate(bins))
+    return np.concatenate(times), np.concatenate(bins)
 
 
 HASH_BITS = 22  # a landmark's hash: 8 bits of frequency, 7 of its difference, 7 of delta

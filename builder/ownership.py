@@ -11,8 +11,11 @@ added before or after it or mixed into it, so *containment* is found, not only
 equality. A speed change (a resample, or a file whose header states the wrong
 sample rate) scales every frequency by r and every delta by 1/r: the peaks of each
 recording are rescaled by every ratio of RATIOS and hashed again, so a copy played
-up to 10% faster or slower, or mislabelled between the common sample rates, still
-shares its hashes at one (ratio, offset).
+up to 10% faster or slower still shares its hashes at one (ratio, offset). A
+mislabel by about 2 or 3:2 moves the peaks themselves; the peaks of each recording
+played 2 and 1.5 times as fast (builder/fingerprint.py FASTER) are looked up too, at
+the ratios of FASTER_RATIOS, so a copy mislabelled between any two common sample
+rates (within 2.2 times) is found.
 
 The fingerprint itself (peaks, landmark hashes, and how their parameters were
 chosen) is builder/fingerprint.py; this module looks every recording up against all
@@ -38,7 +41,15 @@ from redvox.sources.audio import DEFAULT_LIMITS, AudioDecodeError, decode_audio
 from redvox.sources.musan import NoiseBank
 
 from .cache import BuildCache, digest_of
-from .fingerprint import FINGERPRINT_FORMAT, HASH_BITS, SUB, Fingerprint, fingerprint, landmarks
+from .fingerprint import (
+    FASTER,
+    FINGERPRINT_FORMAT,
+    HASH_BITS,
+    SUB,
+    Fingerprint,
+    fingerprint,
+    landmarks,
+)
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
 from .recordings import SpeechOutcome
@@ -52,7 +63,7 @@ COMMON = 64
 # of the shorter one. Measured (bench/bench_ownership.py): distinct demo recordings of
 # different participants agree on at most 5 landmarks (1.4%); the hardest edits in
 # scope keep at least 13 (5 dB SNR white noise: 16, 5.2%; MP3 of a 0.95 speed change
-# with 10 dB noise: 13, 4.7%), but for one 48 kHz copy labelled 32 kHz (11, missed).
+# with 10 dB noise: 13, 4.7%); every rate mislabel at least 21.
 MIN_HITS = 12
 MIN_SHARE = 0.04
 # Peaks of the query recordings one step of the lookup rescales at once (about 5
@@ -61,19 +72,59 @@ PEAKS_PER_BATCH = 1 << 16
 COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 
 
+_SPAN = -math.log(0.9)  # speeds within 10% either way: log-distance at most this
+
+
+def _mislabels() -> list[float]:
+    """Every ratio of two common sample rates outside +-10% of 1, between 1/2.2 and 2.2
+    (a 16 kHz file labelled 8 kHz plays at half speed; beyond that too little of the
+    voice stays below 4 kHz)."""
+    labels = {a / b for a in COMMON_RATES for b in COMMON_RATES}
+    return sorted(r for r in labels if 1 / 2.2 <= r <= 2.2 and abs(math.log(r)) > _SPAN)
+
+
+def _played_faster(ratio: float, speed: float) -> bool:
+    """Whether a copy at `ratio` is within 10% of the recording played `speed` times as
+    fast or as slow: then the fingerprint played that fast finds it."""
+    return min(abs(math.log(ratio / speed)), abs(math.log(ratio * speed))) <= _SPAN + 1e-9
+
+
 def _ratios() -> tuple[float, ...]:
     """1, then 20 speeds log-spaced between 0.9 and 1/0.9 (1% apart: a peak at 4 kHz
-    moves half a bin at most between two of them), then every ratio of two common
-    sample rates outside that span, between 1/2.2 and 2.2 (a 16 kHz file labelled
-    8 kHz plays at half speed; beyond that too little of the voice stays below 4 kHz)."""
+    moves half a bin at most between two of them), then the mislabels that no
+    fingerprint played FASTER finds (32 kHz labelled 24 kHz and back)."""
     grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
     speeds = [1.0, *(float(r) for r in grid if abs(r - 1) > 1e-9)]
-    labels = {a / b for a in COMMON_RATES for b in COMMON_RATES}
-    speeds += sorted(r for r in labels if 1 / 2.2 <= r <= 2.2 and abs(math.log(r)) > -math.log(0.9))
+    speeds += [r for r in _mislabels() if not any(_played_faster(r, s) for s in FASTER)]
     return tuple(round(r, 6) for r in speeds)
 
 
 RATIOS = _ratios()
+
+
+def _faster_ratios() -> tuple[tuple[float, ...], ...]:
+    """For each speed s of FASTER, the ratios its peaks are looked up at: what is left
+    of each mislabel within 10% of s or 1/s once played s times as fast, both ways (a
+    22.05 kHz file labelled 48 kHz is its recording played 2 times as fast, then 1.088
+    times; a 48 kHz one labelled 22.05 kHz played 2 times as fast is its recording
+    played 1.088 times as slow). The speeds between (a copy played 1.8 times as fast)
+    are not looked up: beyond +-10%, only the rate mislabels are promised."""
+    return tuple(
+        tuple(
+            sorted(
+                {
+                    round(left, 6)
+                    for r in _mislabels()
+                    for left in (r / s, r * s)
+                    if abs(math.log(left)) <= _SPAN + 1e-9
+                }
+            )
+        )
+        for s in FASTER
+    )
+
+
+FASTER_RATIOS = _faster_ratios()
 _OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
 
 
@@ -97,22 +148,32 @@ class _Peaks:
     starts: np.ndarray  # where the peaks of order[k] start (one more: the end)
 
     @classmethod
-    def of(cls, fingerprints: Sequence[Fingerprint | str | None], owner_of: np.ndarray) -> _Peaks:
+    def of(
+        cls, sets: Sequence[tuple[np.ndarray, np.ndarray] | None], owner_of: np.ndarray
+    ) -> _Peaks:
+        """From the (times, bins) of each recording's peaks (None: it has none)."""
         times, bins, owner = [np.zeros(0)], [np.zeros(0)], [np.zeros(0, np.int64)]
-        for i, item in enumerate(fingerprints):
-            fp = Fingerprint.from_text(item) if isinstance(item, str) else item
-            if fp is None:
+        for i, item in enumerate(sets):
+            if item is None:
                 continue
-            times.append(fp.times / SUB)
-            bins.append(fp.bins / SUB)
-            owner.append(np.full(len(fp.times), i, np.int64))
+            times.append(item[0] / SUB)
+            bins.append(item[1] / SUB)
+            owner.append(np.full(len(item[0]), i, np.int64))
         t, f, o = np.concatenate(times), np.concatenate(bins), np.concatenate(owner)
         recordings = np.argsort(owner_of, kind="stable")
         rank = np.empty_like(recordings)
         rank[recordings] = np.arange(len(recordings))
         order = np.lexsort((f, t, rank[o]))
-        starts = np.searchsorted(rank[o[order]], np.arange(len(fingerprints) + 1))
+        starts = np.searchsorted(rank[o[order]], np.arange(len(sets) + 1))
         return cls(t[order], f[order], o[order], recordings, rank, starts)
+
+    def batches(self) -> list[tuple[int, int]]:
+        """(first, last) recordings of `order` of each batch: a batch ends at the first
+        recording past each multiple of PEAKS_PER_BATCH peaks."""
+        count = len(self.order)
+        cuts = np.searchsorted(self.starts, np.arange(0, self.starts[-1], PEAKS_PER_BATCH), "right")
+        edges = np.unique(np.r_[0, np.minimum(cuts, count), count]).tolist()
+        return list(zip(edges[:-1], edges[1:], strict=True))
 
 
 @dataclass(frozen=True)
@@ -211,21 +272,28 @@ def pair_scores(
     The recordings are looked up in batches of about PEAKS_PER_BATCH peaks, one ratio
     at a time: the batch's landmarks, rescaled by the ratio, are joined with the plain
     landmarks of the collection, and every (query, candidate, offset) they share is
-    counted. What one step holds is bounded (its landmarks, and at most COMMON shared
-    landmarks for each), and so is what is kept between steps: the best offset of each
-    (pair, ratio) that reaches `floor`."""
+    counted; then so are the landmarks of the batch played each speed of FASTER (at
+    the few ratios of FASTER_RATIOS). What one step holds is bounded (its landmarks, and
+    at most COMMON shared landmarks for each), and so is what is kept between steps:
+    the best offset of each (pair, ratio) that reaches `floor`."""
     owner_ids = {name: n for n, name in enumerate(sorted(set(owners)))}
     owner_of = np.array([owner_ids[o] for o in owners], np.int64)
-    peaks = _Peaks.of(fingerprints, owner_of)
+    prints = [Fingerprint.from_text(f) if isinstance(f, str) else f for f in fingerprints]
+    peaks = _Peaks.of([(fp.times, fp.bins) if fp else None for fp in prints], owner_of)
     index = _Index.of(peaks, owner_of)
     count = len(fingerprints)
-    # A batch ends at the first recording past each multiple of PEAKS_PER_BATCH peaks.
-    cuts = np.searchsorted(peaks.starts, np.arange(0, peaks.starts[-1], PEAKS_PER_BATCH), "right")
-    edges = np.unique(np.r_[0, np.minimum(cuts, count), count])
+    # Every lookup: its peaks, its ratio, and that ratio as Score reports it.
+    lookups = [(peaks, r, r) for r in RATIOS]
+    for k, speed in enumerate(FASTER):
+        faster = _Peaks.of(
+            [fp.faster[k] if fp and k < len(fp.faster) else None for fp in prints], owner_of
+        )
+        lookups += [(faster, r, r / speed) for r in FASTER_RATIOS[k]]
+    del prints  # the peaks are held once, as _Peaks
     found = [
-        _batch(peaks, index, int(first), int(last), n, floor)
-        for first, last in zip(edges[:-1], edges[1:], strict=True)
-        for n in range(len(RATIOS))
+        _batch(query, index, first, last, n, ratio, floor, query is peaks)
+        for n, (query, ratio, _) in enumerate(lookups)
+        for first, last in query.batches()
     ]
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
@@ -237,17 +305,25 @@ def pair_scores(
     for k in first.tolist():
         i, j = divmod(int(pairs[k]), count)
         shorter = max(1, int(min(index.totals[i], index.totals[j])))
-        scores[(i, j)] = Score(int(hits[k]), int(hits[k]) / shorter, RATIOS[ratios[k]])
+        score = Score(int(hits[k]), int(hits[k]) / shorter, round(lookups[ratios[k]][2], 6))
+        scores[(i, j)] = score
     return scores
 
 
 def _batch(
-    peaks: _Peaks, index: _Index, first: int, last: int, n: int, floor: int
+    peaks: _Peaks,
+    index: _Index,
+    first: int,
+    last: int,
+    n: int,
+    ratio: float,
+    floor: int,
+    plain: bool,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(pair i * count + j with i < j, hits, n) of the best offset of every pair of a
-    query recording order[first..last-1], rescaled by ratio n, and another
+    query recording order[first..last-1], its peaks rescaled by `ratio`, and another
     participant's recording that agree on at least `floor` landmarks there."""
-    count, ratio = len(index.totals), RATIOS[n]
+    count = len(index.totals)
     lo, hi = peaks.starts[first], peaks.starts[last]
     q_hash, q_local, q_anchor = landmarks(
         peaks.times[lo:hi], peaks.bins[lo:hi], peaks.rank[peaks.owner[lo:hi]] - first, ratio
@@ -264,7 +340,7 @@ def _batch(
     )
     query, held = index.shared(q_hash, q_rec)
     b = index.recs[held].astype(np.int64)
-    if ratio == 1.0:  # unscaled, i found in j is j found in i: looked up from the first
+    if plain and ratio == 1.0:  # unscaled, i found in j is j found in i: from the first
         keep = q_rec[query] < b
         query, held, b = query[keep], held[keep], b[keep]
     cell = q_local[query] * count + b
@@ -297,7 +373,8 @@ def _batch(
 
 def matching_pairs(fingerprints: Sequence[Fingerprint | str | None], owners: Sequence[str]) -> set:
     """Pairs (i, j), i < j, of recordings of different owners where one contains the
-    other's audio (equal, part of it, or mixed with it), at any speed of RATIOS."""
+    other's audio (equal, part of it, or mixed with it), at any speed of RATIOS or
+    rate mislabel."""
     scores = pair_scores(fingerprints, owners, floor=MIN_HITS)
     return {pair for pair, score in scores.items() if score.same_audio}
 

@@ -36,7 +36,7 @@ from redvox.sources.audio import (
 )
 
 from .cache import BuildCache, digest_of
-from .fingerprint import fingerprint
+from .fingerprint import FINGERPRINT_FORMAT, fingerprint
 from .join import Recording, recording_quarantine
 from .manifest import QuarantineRecord, Stage
 from .rows import AudioRef
@@ -50,7 +50,8 @@ VAD_BATCH = 64
 # Bumped when the normalisation changes, so cached decodes are not reused. v2: the
 # header and NaN/inf checks refuse files v1 accepted, facts carry the ownership
 # fingerprint; the audio limits are in the key too. v3: the fingerprint is the landmark
-# fingerprint (builder/ownership.py FINGERPRINT_FORMAT), not the Haitsma-Kalker hash.
+# fingerprint, not the Haitsma-Kalker hash. The fingerprint's own format
+# (builder/fingerprint.py FINGERPRINT_FORMAT) is in the key too.
 DECODE_FORMAT = "decode-v3"
 # A released FLAC larger than this waits on disk, not in memory, while its samples are
 # fingerprinted and judged (a 1-hour recording: 67 MB of FLAC beside 230 MB of samples).
@@ -264,7 +265,9 @@ def normalise_recordings(
     are part of the decode cache key, so changing one re-decides every cached fact."""
     vad_json = vad_params.model_dump_json()
     limits_json = limits.model_dump_json()
-    decode_keys = [digest_of(DECODE_FORMAT, sha, limits_json) for sha in file_shas]
+    decode_keys = [
+        digest_of(DECODE_FORMAT, FINGERPRINT_FORMAT, sha, limits_json) for sha in file_shas
+    ]
     facts = [cache.get(DecodeFact, k) for k in decode_keys]
     verdicts = [
         cache.get(VadResult, digest_of("vad", f.blob, vad_json)) if f and f.usable else None

@@ -71,6 +71,17 @@ def mislabel(samples: np.ndarray, true_rate: int, label: int) -> tuple[bytes, st
     return wav(soxr.resample(samples, RATE, true_rate).astype(np.float32), label), ".wav"
 
 
+COMMON_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+# Every mislabel between two common rates that plays between 1/2.2 and 2.2 times as
+# fast (an octave either way, 48 kHz labelled 22.05 kHz): name -> (true rate, label).
+MISLABELS: dict[str, tuple[int, int]] = {
+    f"{true / 1000:g} kHz labelled {label / 1000:g} kHz": (true, label)
+    for true in COMMON_RATES
+    for label in COMMON_RATES
+    if true != label and 1 / 2.2 <= label / true <= 2.2
+}
+
+
 def noisy(samples: np.ndarray, snr_db: float, seed: int = 0) -> np.ndarray:
     noise = np.random.default_rng(seed).normal(0, 1, len(samples)).astype(np.float32)
     return samples + at_level(noise, samples, -snr_db)
@@ -131,17 +142,11 @@ IN_SCOPE: dict[str, Edit] = {
     "stereo, other channel silent": lambda w, p: (stereo(silence(0.1), w), ".wav"),
     "mixed with a public voice at 0 dB": _plain(lambda w, p: mixed(w, p, 0)),
     "mixed, public voice 6 dB quieter": _plain(lambda w, p: mixed(w, p, 6)),
-    "44.1 kHz labelled 48 kHz": lambda w, p: mislabel(w, 44100, 48000),
-    "48 kHz labelled 44.1 kHz": lambda w, p: mislabel(w, 48000, 44100),
-    "22.05 kHz labelled 24 kHz": lambda w, p: mislabel(w, 22050, 24000),
-    "16 kHz labelled 22.05 kHz": lambda w, p: mislabel(w, 16000, 22050),
-    "32 kHz labelled 24 kHz": lambda w, p: mislabel(w, 32000, 24000),
+    **{name: lambda w, p, rates=rates: mislabel(w, *rates) for name, rates in MISLABELS.items()},
     "speed 0.90": _plain(lambda w, p: speed(w, 0.90)),
     "speed 0.97": _plain(lambda w, p: speed(w, 0.97)),
     "speed 1.04": _plain(lambda w, p: speed(w, 1.04)),
     "speed 1.10": _plain(lambda w, p: speed(w, 1.10)),
-    "32 kHz labelled 44.1 kHz": lambda w, p: mislabel(w, 32000, 44100),
-    "48 kHz labelled 32 kHz": lambda w, p: mislabel(w, 48000, 32000),
     "reverb RT60 0.5 s": _plain(lambda w, p: reverb(w)),
     "MP3 of speed 0.95 + noise 10 dB": lambda w, p: (
         encoded(noisy(speed(w, 0.95), 10), "MP3", "MPEG_LAYER_III"),
@@ -149,25 +154,9 @@ IN_SCOPE: dict[str, Edit] = {
     ),
 }
 
-# A mislabel by an octave (16 kHz labelled 8 kHz, 24 kHz labelled 48 kHz) halves or
-# doubles every frequency: measured, not promised (bench/bench_ownership.py).
-OCTAVE: dict[str, Edit] = {
-    "16 kHz labelled 8 kHz": lambda w, p: mislabel(w, 16000, 8000),
-    "24 kHz labelled 48 kHz": lambda w, p: mislabel(w, 24000, 48000),
-}
-
-
 # How much faster each speed edit plays (what a search over speeds must find).
 SPEED_OF: dict[str, float] = {
-    "44.1 kHz labelled 48 kHz": 48000 / 44100,
-    "48 kHz labelled 44.1 kHz": 44100 / 48000,
-    "22.05 kHz labelled 24 kHz": 24000 / 22050,
-    "16 kHz labelled 22.05 kHz": 22050 / 16000,
-    "32 kHz labelled 24 kHz": 24000 / 32000,
-    "16 kHz labelled 8 kHz": 8000 / 16000,
-    "24 kHz labelled 48 kHz": 48000 / 24000,
-    "32 kHz labelled 44.1 kHz": 44100 / 32000,
-    "48 kHz labelled 32 kHz": 32000 / 48000,
+    **{name: label / true for name, (true, label) in MISLABELS.items()},
     "speed 0.90": 0.90,
     "speed 0.97": 0.97,
     "speed 1.04": 1.04,

@@ -3,23 +3,32 @@ reaches a set, whether by path, link or a re-encoded copy of the same audio."""
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import os
 import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
+from audio_edits import IN_SCOPE, mislabel
+from test_audio_limits import recording
 from test_sources_contributions import corpus, row
 
+from redvox.builder.cache import BuildCache, digest_of
+from redvox.builder.fingerprint import FASTER, FINGERPRINT_FORMAT, Fingerprint
 from redvox.builder.ownership import fingerprint, matching_pairs
 from redvox.builder.pipeline import BuildOptions, build_version
 from redvox.builder.pseudonym import KEY_ENV, pseudonymize
-from redvox.builder.versions import VERSIONS
+from redvox.builder.recordings import DECODE_FORMAT, DecodeFact, normalise_recordings
+from redvox.builder.versions import VERSIONS, VadParams
 from redvox.schemas import DEMO_CONFIG, InputConfig
+from redvox.schemas.config import AudioLimits
+from redvox.schemas.layout import sha256_file
 from redvox.sources.audio import decode_audio
 from redvox.sources.contributions import read_contributions
 
@@ -107,6 +116,24 @@ def test_a_copy_shifted_by_any_amount_still_matches(pad):
     assert same_audio(samples, samples[pad:])
 
 
+def decoded(data: bytes, folder: Path) -> np.ndarray:
+    """What the build reads from a file's bytes: 16 kHz mono."""
+    path = folder / "copy"
+    path.write_bytes(data)
+    return decode_audio(path).samples
+
+
+@pytest.mark.parametrize("rates", [(16000, 8000), (24000, 48000), (48000, 32000), (32000, 16000)])
+@pytest.mark.parametrize("then", ["MP3", "noise 10 dB SNR", "trim start 1 s"])
+def test_a_mislabel_by_an_octave_or_by_3_2_then_another_edit_still_matches(tmp_path, rates, then):
+    """A file read at half, twice or 2/3 of its speed (its header names the wrong rate),
+    re-exported after a second careless edit: the peaks of the original played 2 or 1.5
+    times as fast are found in it (or its own, played so, in the original)."""
+    samples = decode_audio(DEMO_AUDIO / "demo-p10" / "en_shades_6.0.flac").samples
+    data, _ = IN_SCOPE[then](decoded(mislabel(samples, *rates)[0], tmp_path), samples)
+    assert same_audio(samples, decoded(data, tmp_path))
+
+
 def demo_fingerprints() -> tuple[list, list[str]]:
     """Every usable demo recording, owned by its participant (one participant's
     recordings share their spoken follow-up, as one voice saying the same words)."""
@@ -184,7 +211,7 @@ def test_batches_of_queries_and_fingerprints_as_text_find_the_same_scores(monkey
 
 def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     """Blocks of the spectrogram overlap by a peak's neighbourhood: the same peaks as
-    one block over the whole recording."""
+    one block over the whole recording, plain and played faster."""
     from redvox.builder import fingerprint as module
 
     samples = np.concatenate(
@@ -195,6 +222,59 @@ def test_a_fingerprint_is_computed_in_blocks_as_at_once(monkeypatch):
     blocks = fingerprint(samples)
     assert len(whole.times) > 500
     assert np.array_equal(whole.times, blocks.times) and np.array_equal(whole.bins, blocks.bins)
+    assert len(whole.faster) == len(module.FASTER) and all(len(t) > 200 for t, _ in whole.faster)
+    for (times, bins), (block_times, block_bins) in zip(whole.faster, blocks.faster, strict=True):
+        assert np.array_equal(times, block_times) and np.array_equal(bins, block_bins)
+
+
+def test_the_peak_neighbourhood_maximum_is_scipys_maximum_filter():
+    """The doubling maximum of the peak picking gives what scipy.ndimage computes for
+    the same +-PEAK_T x +-PEAK_F neighbourhood, at the edges and on blocks of any shape
+    (ties, silence at -inf dB and blocks shorter than the neighbourhood included)."""
+    from scipy.ndimage import maximum_filter
+
+    from redvox.builder import fingerprint as module
+
+    rng = np.random.default_rng(3)
+    size = (2 * module.PEAK_T + 1, 2 * module.PEAK_F + 1)
+    for frames, bins in [(4138, 129), (1, 129), (7, 3), (40, 129), (41, 17), (100, 1)]:
+        level = np.round(rng.normal(-40, 20, (frames, bins))).astype(np.float32)
+        level[rng.random(level.shape) < 0.2] = -np.inf
+        expected = maximum_filter(level, size, mode="constant", cval=-np.inf)
+        found = module._window_max(module._window_max(level, module.PEAK_T, 0), module.PEAK_F, 1)
+        assert np.array_equal(found, expected), (frames, bins)
+
+
+def test_a_decode_cache_of_the_previous_fingerprint_format_is_not_misread(tmp_path):
+    """A cache written before the played-faster peaks (its decode facts carry the plain
+    peaks alone, under a key without the fingerprint's format) is not read as today's
+    fingerprint: the recording is fingerprinted again, as with no cache."""
+    path = DEMO_AUDIO / "demo-p10" / "en_shades_6.0.flac"
+    sha, limits = sha256_file(path), AudioLimits()
+
+    def outcome(cache: BuildCache):
+        (found,) = normalise_recordings(
+            [path], [sha], [recording(path.name)], VadParams(), cache, progress=False
+        )
+        return found
+
+    cache = BuildCache(tmp_path / "fresh")
+    fresh = outcome(cache)
+    now = Fingerprint.from_text(fresh.fingerprint)
+    assert len(now.faster) == len(FASTER) and all(len(t) for t, _ in now.faster)
+    fact = cache.get(
+        DecodeFact, digest_of(DECODE_FORMAT, FINGERPRINT_FORMAT, sha, limits.model_dump_json())
+    )
+    plain = now.times.astype("<i4").tobytes() + now.bins.astype("<i2").tobytes()
+    old = BuildCache(tmp_path / "old")
+    old.put_blob(cache.blob(fact.blob))
+    old.put(
+        digest_of(DECODE_FORMAT, sha, limits.model_dump_json()),
+        replace(fact, fingerprint=base64.b64encode(plain).decode("ascii")),
+    )
+    with pytest.raises(ValueError, match="not a fingerprint"):
+        Fingerprint.from_text(base64.b64encode(plain).decode("ascii"))
+    assert outcome(old).fingerprint == fresh.fingerprint
 
 
 # --- the build -----------------------------------------------------------------------

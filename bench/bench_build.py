@@ -69,6 +69,19 @@ def _timed_ownership_step() -> dict:
     return found
 
 
+def _without_the_check() -> None:
+    """The build with the ownership check taken out, for its price only: every
+    recording's fingerprint is that of no samples and the lookup admits every outcome.
+    In this process only, so the build must run with --workers 1."""
+    import numpy as np
+
+    from redvox.builder import pipeline, recordings
+
+    real = recordings.fingerprint
+    recordings.fingerprint = lambda samples: real(np.zeros(0, np.float32))
+    pipeline.exclude_shared_audio = lambda admitted, outcomes, *args, **kwargs: list(outcomes)
+
+
 def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
     from redvox.builder.pipeline import BuildOptions, build_version
     from redvox.builder.vad import BatchedSileroVad
@@ -264,6 +277,9 @@ def child(args: argparse.Namespace) -> None:
     elif args.child == "verify":
         result = run_verify(args.config, args.out)
     else:
+        if args.child == "build_unchecked":
+            assert args.workers == 1, "the check is taken out in this process only"
+            _without_the_check()
         result = run_build(args.config, args.out, args.version, args.workers)
     print(json.dumps(result))
 
@@ -294,6 +310,15 @@ def main(args: argparse.Namespace) -> None:
         ):
             sys.stderr.write(f"{name} ...\n")
             steps[name] = measure("build", workers=args.workers, **kwargs)
+        # The ownership check's price: cold builds in one process, with it and without
+        # it (fingerprints and lookup taken out), alternated, each into a fresh folder.
+        for run in (1, 2):
+            for name, step in (("cold_1w_unchecked", "build_unchecked"), ("cold_1w", "build")):
+                sys.stderr.write(f"{name} ({run} of 2) ...\n")
+                kwargs = {"config": big, "out": workdir / f"out-{name}-{run}", "version": "1.0.0"}
+                result = measure(step, workers=1, **kwargs)
+                if name not in steps or result["seconds"] < steps[name]["seconds"]:
+                    steps[name] = result
         sys.stderr.write("baseline ...\n")
         steps["baseline"] = measure("baseline", config=big, out=workdir / "out-baseline")
     finally:
@@ -340,6 +365,13 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         f"the rest of the build ({cold['seconds'] - owned['seconds']:.1f} s; budget 20%), "
         f"peak RSS {owned['rss_before_mb']} -> {owned['peak_rss_mb']} MB"
     )
+    if "cold_1w" in steps:
+        checked, unchecked = steps["cold_1w"]["seconds"], steps["cold_1w_unchecked"]["seconds"]
+        more = checked / unchecked - 1
+        print(
+            f"the ownership check's price, one process, best of 2: cold build {checked:.1f} s "
+            f"against {unchecked:.1f} s without it: {100 * more:+.0f}% (budget +20%)"
+        )
     figures = {
         "cold_s": round(cold["seconds"], 2),
         "ownership_s": owned["seconds"],
@@ -357,6 +389,9 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         "warm_s": round(steps["warm"]["seconds"], 2),
         "add_condition_s": round(steps["add_condition"]["seconds"], 2),
         "baseline_s": round(steps["baseline"]["seconds"], 2),
+        "check_price": round(
+            steps["cold_1w"]["seconds"] / steps["cold_1w_unchecked"]["seconds"] - 1, 3
+        ),
         "speedup": round(steps["baseline"]["seconds"] / steps["cold"]["seconds"], 2),
         "peak_rss_mb": round(
             max(

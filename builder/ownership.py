@@ -25,7 +25,9 @@ the others, in batches whose size does not grow with the collection.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable, Sequence, Set
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import NoneType
@@ -290,11 +292,15 @@ def pair_scores(
         )
         lookups += [(faster, r, r / speed) for r in FASTER_RATIOS[k]]
     del prints  # the peaks are held once, as _Peaks
-    found = [
-        _batch(query, index, first, last, n, ratio, floor, query is peaks)
+    steps = [
+        (query, index, first, last, n, ratio, floor, query is peaks)
         for n, (query, ratio, _) in enumerate(lookups)
         for first, last in query.batches()
     ]
+    # The steps are independent and numpy's sorts and gathers let go of the GIL: they
+    # run on the CPUs the build may use, their results taken in step order.
+    with ThreadPoolExecutor(max_workers=_lookup_threads()) as pool:
+        found = list(pool.map(lambda step: _batch(*step), steps))
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
     ratios = np.concatenate([np.zeros(0, np.int64), *(f[2] for f in found)])
@@ -308,6 +314,12 @@ def pair_scores(
         score = Score(int(hits[k]), int(hits[k]) / shorter, round(lookups[ratios[k]][2], 6))
         scores[(i, j)] = score
     return scores
+
+
+def _lookup_threads() -> int:
+    """Threads of the lookup: the CPUs this process may run on, at most 4 (each step
+    holds its own temporary arrays, about 100 MB at most)."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))
 
 
 def _batch(

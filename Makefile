@@ -62,7 +62,7 @@ release: venv ## build -> representativeness -> stage -> verify -> push into OUT
 	@echo "the staged Hub folder: $(OUT)/$$($(BIN)/python -c 'from redvox.builder.versions import get_version; print(get_version($(if $(VERSION),"$(VERSION)",None)).version)')/staged"
 	@echo "redvox is not on your PATH: run $(BIN)/redvox, or 'source $(BIN)/activate' first"
 
-bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it (~5 min), resource bounds, evaluator reporting, inference harness, covert channel of serve results (~8 min)
+bench: venv ## benchmarks: build at the paper's scale vs a naive baseline, stage + verify of it, the ownership check's price (~10 min), resource bounds, evaluator reporting, inference harness, covert channel of serve results (~8 min)
 	$(BIN)/python bench/bench_build.py
 	$(BIN)/python bench/bench_limits.py
 	$(BIN)/python bench/bench_evaluate.py

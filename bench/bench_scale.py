@@ -23,11 +23,12 @@ ownership steps freed that the writer's allocations (Arrow's pool, Python's obje
 arenas) do not reuse; the writer itself (`datasets`, Arrow, one row group) is
 ~190 MB at any scale.
 
-The ownership line (landmark fingerprint with its speed search, looked up in bounded
-batches with a stop-list; Dec 2026, --workers 2, on 2 CPUs shared with other jobs at
-load 5-7, so the cold totals are slow): scale 1: 3.0 s, parent 154 -> 270 MB, cold
-build 33.2 s (10% of the rest); scale 10: 82.7 s, 238 -> 635 MB, cold build 597 s.
-Before the batches and the stop-list it took 11.5 s / 318 MB and 445 s / 2.6 GB. Its
+The ownership line (landmark fingerprint with its speed search, played-faster
+fingerprints for the rate mislabels, looked up in bounded batches with a stop-list, on
+up to 4 threads; 1 Dec 2026, --workers 2, 2 CPUs): scale 1: 3.2 s, parent 156 -> 323
+MB, cold build 33.4 s (11% of the rest); scale 10: 48.3 s, 248 -> 934 MB, cold build
+288 s (20% of the rest). Earlier the same day, on 2 CPUs shared with other jobs and
+before the played-faster fingerprints: 3.0 s / 270 MB and 82.7 s / 635 MB. Before the batches and the stop-list it took 11.5 s / 318 MB and 445 s / 2.6 GB. Its
 time still grows faster than the collection (the chance matches of unrelated
 recordings, bounded per landmark by the stop-list). The synthetic corpus gives one
 demo participant's recordings, which share their synthesised follow-up phrase, to

@@ -17,6 +17,7 @@ decodes when librosa is installed (None otherwise).
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import importlib.util
 import io
@@ -61,6 +62,10 @@ def main(staged: str, way: str, configs: list[str]) -> None:
             where, _, revision = staged.partition("@")
             ds = load_dataset(where, cfg, split="test", revision=revision or None, streaming=True)
             result["configs"][cfg] = rows_of(ds.cast_column("audio", Audio(decode=False)))
+            # as the card's recipe: read to the end, dropped and collected while Python
+            # runs (a pyarrow reader thread alive at exit aborts it; datasets issue #7566)
+            del ds
+            gc.collect()
             continue
         if way == "hub":
             repo_id, _, revision = staged.partition("@")

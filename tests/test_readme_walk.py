@@ -161,8 +161,10 @@ class Walk:
             code = code.replace(old, new)
         shown = f"python block {len(self.outputs)} of {block.heading!r}"
         code += f"\nprint({BLOCK_DONE!r})\n"  # the block ran to its end
-        self.outputs[shown] = self._run([python, "-c", code], shown, cwd or self.cwd or self.root)
-        return self.outputs[shown]
+        output = self._run([python, "-c", code], shown, cwd or self.cwd or self.root)
+        assert BLOCK_DONE in output, f"{shown} stopped before its last line:\n{output[-4000:]}"
+        self.outputs[shown] = output
+        return output
 
     def _run(self, argv: list[str], shown: str, cwd: Path | None = None, env=None) -> str:
         cwd = cwd or self.cwd

@@ -15,9 +15,8 @@ from pathlib import Path
 
 from redvox.schemas import Contribution, InputConfig, Participant, SourceItem
 from redvox.schemas.records import item_key
-from redvox.sources.inputs import RECORD_INPUTS, Inputs
+from redvox.sources.inputs import Inputs, input_paths
 from redvox.sources.problems import Problem
-from redvox.sources.texts import text_inputs
 
 from .manifest import QuarantineRecord, Stage
 
@@ -125,8 +124,7 @@ def problem_records(
     item and participant when the problem points into the contributions manifest."""
     contributions_file = str(config.contributions)
     private = {str(getattr(config, name)) for name in PRIVATE_INPUTS}
-    names = {str(text.path): text.source.INPUT for text in text_inputs(config)}
-    names |= {str(getattr(config, name)): name for name in RECORD_INPUTS}
+    names = {str(path): name for name, path in input_paths(config).items()}
     records = []
     for problem in problems:
         if problem.fatal or problem.warning:  # a warning rejected nothing

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file
-from redvox.sources.inputs import RECORD_INPUTS
+from redvox.sources.inputs import hashed_inputs
 from redvox.sources.texts import input_names
 
 from .versions import declared_languages
@@ -81,7 +81,7 @@ class QuarantineRecord:
             "reason": public_reason(self),
             "lang": self.lang if self.lang in declared_languages() else None,
             "item_key": self.item_key if self.item_key in item_keys else None,
-            "input": self.input if self.input in input_names_now() else None,
+            "input": self.input if self.input in hashed_inputs() else None,
             "row": self.row if isinstance(self.row, int) else None,
             "field": self.field if self.field in public_fields(self.input) else None,
             "user_id": shown.get(self.participant_key) if self.participant_key else None,
@@ -93,13 +93,6 @@ def public_inputs() -> tuple[str, ...]:
     """The public datasets' input names (every registered text source's): their reader
     messages quote only public text and may be shown."""
     return input_names()
-
-
-def input_names_now() -> tuple[str, ...]:
-    """The input config's names of the files a quarantine record can point into: the
-    text sources' (from their registry, so a source registered later is included), the
-    contributions manifest and the two registries."""
-    return (*input_names(), *RECORD_INPUTS)
 
 
 SHARED_AUDIO = "recording filed under more than one participant"

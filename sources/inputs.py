@@ -25,7 +25,7 @@ from .musan import ANNOTATIONS, SPEECH_CATEGORY, NoiseBank, NoiseBankError, read
 from .problems import LineCount, Problem, ReadResult
 from .registry import read_participants, read_registered_consent
 from .selection import select_items
-from .texts import TextInput, input_names, strata, text_inputs
+from .texts import TextInput, input_names, read_texts, strata, text_inputs, unobserved
 
 T = TypeVar("T")
 
@@ -36,8 +36,10 @@ RECORD_INPUTS = ("participants", "consent", "contributions")
 
 
 def hashed_inputs() -> tuple[str, ...]:
-    """The input names whose bytes the build manifest pins: every text source's, then the
-    contributions manifest and the two registries."""
+    """The input names whose bytes the build manifest pins, which are also the files a
+    quarantine record can point into: every text source's (from the registry, so a source
+    registered later is included), then the contributions manifest and the two
+    registries."""
     return (*input_names(), *RECORD_INPUTS)
 
 
@@ -126,23 +128,16 @@ def load_inputs(config: InputConfig, languages: Sequence[str], *, progress: bool
     )
 
 
-def _unobserved(name: str, read: Callable[[], ReadResult[T]]) -> ReadResult[T]:
-    return read()
-
-
 def read_selection(
     config: InputConfig,
     languages: Sequence[str],
-    step: Callable[[str, Callable[[], ReadResult]], ReadResult] = _unobserved,
+    step: Callable[[str, Callable[[], ReadResult]], ReadResult] = unobserved,
 ) -> tuple[list[tuple[TextInput, ReadResult[SourceItem]]], ReadResult[SourceItem]]:
     """Each text source the config names read for `languages` (the languages of the
     version being built), and the items the config's selection takes from them: the one
     reading path of `load_inputs` and `redvox sources select`. `step(name, read)` runs
     each read (a progress bar's hook)."""
-    sources = [
-        (text, step(text.source.INPUT, lambda text=text: text.source.read(text.path, languages)))
-        for text in text_inputs(config)
-    ]
+    sources = read_texts(config, languages, step)
     items = [item for _, result in sources for item in result.records]
     selected = step("items", lambda: select_items(items, config.items, strata(config)))
     return sources, selected
@@ -192,10 +187,15 @@ def read_bank(root: Path) -> tuple[NoiseBank | None, list[Problem]]:
     return bank, warnings
 
 
+def input_paths(config: InputConfig) -> dict[str, Path]:
+    """The file of each input of `hashed_inputs()` the config names, by input name."""
+    paths = {t.source.INPUT: t.path for t in text_inputs(config)}
+    return paths | {name: getattr(config, name) for name in RECORD_INPUTS}
+
+
 def input_hashes(config: InputConfig) -> dict[str, str]:
     """sha256 of each input file that exists, for the build manifest."""
-    paths: dict[str, Path | None] = {t.source.INPUT: t.path for t in text_inputs(config)}
-    paths |= {name: getattr(config, name) for name in RECORD_INPUTS}
+    paths: dict[str, Path | None] = {**input_paths(config)}
     paths["item_keys_file"] = config.items.item_keys_file
     hashes = {}
     for name, path in paths.items():

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from redvox.schemas import InputConfig, SourceItem
 from redvox.schemas.config import ConfigError
@@ -22,6 +23,8 @@ from redvox.schemas.records import SOURCE_NAME
 
 from ..problems import ReadResult
 from .source import Stratum, TextSourceModule
+
+T = TypeVar("T")
 
 TEXTS: dict[str, TextSourceModule] = {}
 
@@ -59,16 +62,12 @@ def _register_package_sources() -> None:
             register_text_source(module)
 
 
-def _in_order() -> list[TextSourceModule]:
+def text_sources() -> list[TextSourceModule]:
+    """Every registered source, in the order the card and the tables list them."""
     return sorted(TEXTS.values(), key=lambda m: (m.POSITION, m.NAME))
 
 
 _register_package_sources()
-
-
-def text_sources() -> list[TextSourceModule]:
-    """Every registered source, in the order the card and the tables list them."""
-    return _in_order()
 
 
 def text_source(name: str) -> TextSourceModule | None:
@@ -78,7 +77,7 @@ def text_source(name: str) -> TextSourceModule | None:
 
 def input_names() -> tuple[str, ...]:
     """The input keys of every registered source, in order (`shades`, `malert`, ...)."""
-    return tuple(m.INPUT for m in _in_order())
+    return tuple(m.INPUT for m in text_sources())
 
 
 def normalize_item_id(source: str | None, raw: str | None) -> str | None:
@@ -97,7 +96,7 @@ class TextInput:
 def text_inputs(config: InputConfig) -> list[TextInput]:
     """The config's text inputs, in registry order; ConfigError naming the config and the
     key for a name no source registers, or a required source left out."""
-    by_input = {m.INPUT: m for m in _in_order()}
+    by_input = {m.INPUT: m for m in text_sources()}
     known = ", ".join(by_input)
     for name in config.texts:
         if name not in by_input:
@@ -112,7 +111,7 @@ def text_inputs(config: InputConfig) -> list[TextInput]:
                 f"{module.TITLE} file, name it with `texts: {{{module.INPUT}: FILE}}` "
                 f"(or `{module.INPUT}: FILE`)"
             )
-    return [TextInput(m, config.texts[m.INPUT]) for m in _in_order() if m.INPUT in config.texts]
+    return [TextInput(m, config.texts[m.INPUT]) for m in text_sources() if m.INPUT in config.texts]
 
 
 def config_sources(config: InputConfig) -> list[TextSourceModule]:
@@ -120,11 +119,22 @@ def config_sources(config: InputConfig) -> list[TextSourceModule]:
     return [text.source for text in text_inputs(config)]
 
 
+def unobserved(name: str, read: Callable[[], ReadResult[T]]) -> ReadResult[T]:
+    """The step that only runs `read` (no progress shown)."""
+    return read()
+
+
 def read_texts(
-    config: InputConfig, languages: Sequence[str]
+    config: InputConfig,
+    languages: Sequence[str],
+    step: Callable[[str, Callable[[], ReadResult]], ReadResult] = unobserved,
 ) -> list[tuple[TextInput, ReadResult[SourceItem]]]:
-    """Every text input of the config read for `languages`, each with what was wrong."""
-    return [(text, text.source.read(text.path, languages)) for text in text_inputs(config)]
+    """Every text input of the config read for `languages`, each with what was wrong;
+    `step(input name, read)` runs each read (a progress bar's hook)."""
+    return [
+        (text, step(text.source.INPUT, lambda text=text: text.source.read(text.path, languages)))
+        for text in text_inputs(config)
+    ]
 
 
 def strata(config: InputConfig) -> list[tuple[str, Stratum]]:
@@ -135,5 +145,5 @@ def strata(config: InputConfig) -> list[tuple[str, Stratum]]:
 __all__ = [
     "TEXTS", "Stratum", "TextInput", "TextSourceModule", "config_sources", "input_names",
     "normalize_item_id", "read_texts", "register_text_source", "strata", "text_inputs",
-    "text_source", "text_sources",
+    "text_source", "text_sources", "unobserved",
 ]  # fmt: skip

@@ -36,7 +36,6 @@ from redvox.schemas import (
     InputConfig,
     resolve_consent,
 )
-from redvox.schemas.errors import UserError
 
 from .cli_options import config_option
 from .inputs import Inputs, input_hashes, load_inputs, read_bank, read_selection
@@ -63,12 +62,11 @@ def _version_option(what: str):
 
 
 def _version(name: str | None):
+    """The named version (the latest when None); an unknown name is a UserError, which
+    the root command group prints as one line."""
     from redvox.builder.versions import get_version
 
-    try:
-        return get_version(name)
-    except UserError as exc:
-        raise click.ClickException(str(exc)) from None
+    return get_version(name)
 
 
 @sources.command()
@@ -89,10 +87,7 @@ def check(config_path: Path | None, version_name: str | None, audio: bool) -> No
     version = _version(version_name)
     progress = sys.stderr.isatty()
     languages = version.config.languages
-    try:
-        inputs = load_inputs(config, languages, progress=progress)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    inputs = load_inputs(config, languages, progress=progress)
     bank, bank_problems = read_bank(config.noise_bank) if config.noise_bank.is_dir() else (None, [])
     if bank is not None:
         bank_problems += _condition_problems(bank, version)
@@ -132,10 +127,7 @@ def select(config_path: Path | None, version_name: str | None, out_path: Path) -
     """
     config = load_config(config_path)
     version = _version(version_name)
-    try:
-        sources, selected = read_selection(config, version.config.languages)
-    except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+    sources, selected = read_selection(config, version.config.languages)
     problems = [p for _, result in sources for p in result.problems] + selected.problems
     fatal = [p for p in problems if p.fatal]
     if fatal:

@@ -32,6 +32,12 @@ Lang = Annotated[str, AfterValidator(_language_code)]
 # language a later version adds is listed after them. Not the languages of a build.
 LANGUAGES: tuple[str, ...] = ("en", "de", "es", "fr", "it")
 
+
+def language_order(lang: str) -> tuple[int, str]:
+    """Sort key: the first release's languages in their order, then any other by code."""
+    return (LANGUAGES.index(lang) if lang in LANGUAGES else len(LANGUAGES), lang)
+
+
 VulnerabilityType = Literal[
     "stereotype",
     "unsafe_request_crime",

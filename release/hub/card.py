@@ -24,11 +24,11 @@ from tabulate import tabulate
 from redvox.builder.manifest import BuildManifest, ConsentAudit
 from redvox.builder.versions import DatasetVersion
 from redvox.noise import mixes_speech
-from redvox.schemas import CONTRACT_COLUMNS, LANGUAGES, Entry, NoiseCondition, column_dtypes
+from redvox.schemas import CONTRACT_COLUMNS, Entry, NoiseCondition, column_dtypes
 from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
-from redvox.schemas.vocab import LANGUAGE_NAMES, PUBLIC, SPEECH_AUDIO_TYPE
+from redvox.schemas.vocab import LANGUAGE_NAMES, PUBLIC, SPEECH_AUDIO_TYPE, language_order
 from redvox.sources.texts import TextSourceModule, text_sources
 
 from .statistics import GroupStats, SetStatistics
@@ -182,8 +182,7 @@ def card_metadata(
 
 def in_language_order(langs: Iterable[str]) -> list[str]:
     """The first release's languages in their order, then any later version's by code."""
-    present = set(langs)
-    return [lang for lang in LANGUAGES if lang in present] + sorted(present - set(LANGUAGES))
+    return sorted(set(langs), key=language_order)
 
 
 def build_sources(manifest: BuildManifest) -> list[TextSourceModule]:
@@ -314,13 +313,11 @@ def fill_template(template: str, sections: Mapping[str, str]) -> str:
     return re.sub(r"\{\{(\w+)\}\}", lambda m: sections[m.group(1)], template)
 
 
-def schema_table(
-    sources: Sequence[TextSourceModule] | None = None, langs: Iterable[str] = LANGUAGES
-) -> str:
+def schema_table(sources: Sequence[TextSourceModule], langs: Iterable[str]) -> str:
     """The columns table; `sources`: the build's text sources (the `source` values),
     `langs`: its languages (the `lang` values)."""
     dtypes = column_dtypes()
-    names = [m.NAME for m in (text_sources() if sources is None else sources)]
+    names = [m.NAME for m in sources]
     notes = COLUMN_NOTES | {
         "source": SOURCE_NOTE.format(names=listing(names, "or")),
         "lang": ", ".join(in_language_order(langs)),
@@ -358,9 +355,7 @@ def counts_section(
     audio_types = [a for a in order if a in present] + sorted(present - set(order))
     parts = []
     totals = []
-    for lang in [lang for lang in LANGUAGES if lang in counts] + sorted(
-        set(counts) - set(LANGUAGES)
-    ):
+    for lang in in_language_order(counts):
         per_type = counts[lang]
         vulns = sorted({v for per_audio in per_type.values() for v in per_audio})
         rows = [[v, *[per_type.get(a, {}).get(v, 0) for a in audio_types]] for v in vulns]
@@ -623,9 +618,7 @@ def audio_type_order(stats: SetStatistics, conditions: Sequence[str]) -> list[st
 
 
 def _languages(stats: SetStatistics) -> list[str]:
-    return [lang for lang in LANGUAGES if lang in stats.by_lang] + sorted(
-        set(stats.by_lang) - set(LANGUAGES)
-    )
+    return in_language_order(stats.by_lang)
 
 
 def statistics_section(stats: SetStatistics, conditions: Sequence[str]) -> str:

@@ -31,11 +31,11 @@ import pyarrow.parquet as pq
 
 from redvox.builder.manifest import MANIFEST, BuildManifest, ConsentAudit
 from redvox.builder.versions import VERSIONS, DatasetVersion, get_version
-from redvox.schemas import DEMO_CONFIG, LANGUAGES, InputConfig
+from redvox.schemas import DEMO_CONFIG, InputConfig
 from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, sha256_file, shard_glob, shard_paths
-from redvox.schemas.vocab import PUBLIC
+from redvox.schemas.vocab import PUBLIC, language_order
 
 from .card import (
     ALL_CONFIG,
@@ -110,7 +110,7 @@ def check_repo_id(repo_id: str, error: type[UserError] = StageError) -> str:
 
 def first_row(folder: Path) -> dict[str, Any] | None:
     """The first row of the first shard, in language order: the card's data instance."""
-    shards = sorted(shard_paths(folder), key=lambda s: (_language_order(s.parent.name), s.name))
+    shards = sorted(shard_paths(folder), key=lambda s: (language_order(s.parent.name), s.name))
     for shard in shards:
         rows = pq.ParquetFile(shard).read_row_group(0).slice(0, 1).to_pylist()
         if rows:
@@ -151,7 +151,7 @@ def shard_stats(folder: Path) -> list[ShardStats]:
     for shard in shard_paths(folder):
         by_lang.setdefault(shard.parent.name, []).append(shard)
     stats = []
-    for lang in sorted(by_lang, key=_language_order):
+    for lang in sorted(by_lang, key=language_order):
         shards = by_lang[lang]
         stats.append(
             ShardStats(
@@ -163,10 +163,6 @@ def shard_stats(folder: Path) -> list[ShardStats]:
             )
         )
     return stats
-
-
-def _language_order(lang: str) -> tuple[int, str]:
-    return (LANGUAGES.index(lang) if lang in LANGUAGES else len(LANGUAGES), lang)
 
 
 def audio_footprint(shards: list[Path]) -> AudioFootprint:

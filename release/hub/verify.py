@@ -31,10 +31,10 @@ from typing import Any
 
 from redvox.builder.manifest import MANIFEST, BuildManifest
 from redvox.builder.versions import declared_languages
-from redvox.schemas import COLUMNS, LANGUAGES, SAMPLE_RATE, InputConfig
+from redvox.schemas import COLUMNS, SAMPLE_RATE, InputConfig
 from redvox.schemas.audio_cell import column_bytes, decode_fully
 from redvox.schemas.layout import SHARD_RE, sha256_file, shard_paths
-from redvox.schemas.vocab import FULL, PUBLIC
+from redvox.schemas.vocab import FULL, PUBLIC, language_order
 
 from .card import ALL_CONFIG, SPLIT, TEMPLATES, CardError, read_card, staged_provenance
 from .stage import EVALUATOR, LOADING_SCRIPT, TOP_LEVEL, staged_files
@@ -438,12 +438,7 @@ def _all_config_files(staged: Path, cache_dir: Path) -> tuple[dict[str, list[str
     by_lang: dict[str, list[str]] = {}
     for path in files:
         by_lang.setdefault(Path(path).parent.name, []).append(path)
-    order = sorted(
-        by_lang,
-        key=lambda lang: (
-            (LANGUAGES.index(lang), lang) if lang in LANGUAGES else (len(LANGUAGES), lang)
-        ),
-    )
+    order = sorted(by_lang, key=language_order)
     expected = []
     try:
         for lang in order:

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import NoneType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -54,7 +54,9 @@ from .fingerprint import (
 )
 from .join import Recording, recording_quarantine
 from .manifest import SHARED_AUDIO
-from .recordings import SpeechOutcome
+
+if TYPE_CHECKING:  # annotations only: importing recordings loads the VAD's onnxruntime
+    from .recordings import SpeechOutcome
 
 # A landmark whose hash more than this many landmarks of other participants than its
 # own hold says nothing (speech-like commonplace, a stop-list): it is looked up nowhere,
@@ -85,10 +87,11 @@ def _mislabels() -> list[float]:
     return sorted(r for r in labels if 1 / 2.2 <= r <= 2.2 and abs(math.log(r)) > _SPAN)
 
 
-def _played_faster(ratio: float, speed: float) -> bool:
-    """Whether a copy at `ratio` is within 10% of the recording played `speed` times as
-    fast or as slow: then the fingerprint played that fast finds it."""
-    return min(abs(math.log(ratio / speed)), abs(math.log(ratio * speed))) <= _SPAN + 1e-9
+def _left_over(ratio: float, speed: float) -> list[float]:
+    """What is left of a copy at `ratio` once the recording is played `speed` times as
+    fast or as slow, where that is within 10%: the ratios at which the fingerprint played
+    that fast finds it (none: it does not)."""
+    return [left for left in (ratio / speed, ratio * speed) if abs(math.log(left)) <= _SPAN + 1e-9]
 
 
 def _ratios() -> tuple[float, ...]:
@@ -97,7 +100,7 @@ def _ratios() -> tuple[float, ...]:
     fingerprint played FASTER finds (32 kHz labelled 24 kHz and back)."""
     grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
     speeds = [1.0, *(float(r) for r in grid if abs(r - 1) > 1e-9)]
-    speeds += [r for r in _mislabels() if not any(_played_faster(r, s) for s in FASTER)]
+    speeds += [r for r in _mislabels() if not any(_left_over(r, s) for s in FASTER)]
     return tuple(round(r, 6) for r in speeds)
 
 
@@ -112,16 +115,7 @@ def _faster_ratios() -> tuple[tuple[float, ...], ...]:
     played 1.088 times as slow). The speeds between (a copy played 1.8 times as fast)
     are not looked up: beyond +-10%, only the rate mislabels are promised."""
     return tuple(
-        tuple(
-            sorted(
-                {
-                    round(left, 6)
-                    for r in _mislabels()
-                    for left in (r / s, r * s)
-                    if abs(math.log(left)) <= _SPAN + 1e-9
-                }
-            )
-        )
+        tuple(sorted({round(left, 6) for r in _mislabels() for left in _left_over(r, s)}))
         for s in FASTER
     )
 

@@ -8,6 +8,7 @@ tongue. Everything is mapped here, once, and the card says so.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Annotated, Literal, get_args
 
 from pydantic import AfterValidator
@@ -31,6 +32,11 @@ Lang = Annotated[str, AfterValidator(_language_code)]
 # The languages of the first release (1.0.0), in the order RedVox lists languages; a
 # language a later version adds is listed after them. Not the languages of a build.
 LANGUAGES: tuple[str, ...] = ("en", "de", "es", "fr", "it")
+
+
+def listing(phrases: Sequence[str], last: str = "and") -> str:
+    """'A', 'A and B', 'A, B and C'."""
+    return f" {last} ".join(", ".join(phrases).rsplit(", ", 1)) if phrases else ""
 
 
 def language_order(lang: str) -> tuple[int, str]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PureWindowsPath
 
 from redvox.schemas import Contribution
+from redvox.schemas.vocab import listing
 
 from .problems import Problem, ReadResult, validate_row
 from .registry import RefusedParticipant
@@ -134,7 +135,7 @@ def _contribution(
     contribution, problems = validate_row(Contribution, data, file, row.line)
     refused: list[Problem] = []
     if lang and languages is not None and lang not in languages:
-        choices = " or ".join(", ".join(repr(code) for code in languages).rsplit(", ", 1))
+        choices = listing([repr(code) for code in languages], "or")
         message = (
             f"{row.cells['lang']!r} is not a language of the version being built ({choices}); "
             "row skipped, fix the lang"

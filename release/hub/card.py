@@ -28,7 +28,7 @@ from redvox.schemas import CONTRACT_COLUMNS, Entry, NoiseCondition, column_dtype
 from redvox.schemas.audio_cell import cell_bytes
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import SPLIT, shard_glob
-from redvox.schemas.vocab import LANGUAGE_NAMES, PUBLIC, SPEECH_AUDIO_TYPE, language_order
+from redvox.schemas.vocab import LANGUAGE_NAMES, PUBLIC, SPEECH_AUDIO_TYPE, language_order, listing
 from redvox.sources.texts import TextSourceModule, text_sources
 
 from .statistics import GroupStats, SetStatistics
@@ -192,11 +192,6 @@ def build_sources(manifest: BuildManifest) -> list[TextSourceModule]:
     named = {key.split(":", 1)[0] for key in manifest.items or ()}
     sources = [m for m in text_sources() if m.NAME in named or m.INPUT in manifest.inputs]
     return sources or [m for m in text_sources() if m.REQUIRED]
-
-
-def listing(phrases: Sequence[str], last: str = "and") -> str:
-    """'A', 'A and B', 'A, B and C'."""
-    return f" {last} ".join(", ".join(phrases).rsplit(", ", 1)) if phrases else ""
 
 
 def agreements(sources: Sequence[TextSourceModule]) -> tuple[str, ...]:

@@ -101,7 +101,7 @@ def _ratios() -> tuple[float, ...]:
     grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
     speeds = [1.0, *(float(r) for r in grid if abs(r - 1) > 1e-9)]
     speeds += [r for r in _mislabels() if not any(_left_over(r, s) for s in FASTER)]
-    return tuple(round(r, 6) for r in speeds)
+    return tuple(round(r, 6) for r in speeds if r >= 1)
 
 
 RATIOS = _ratios()

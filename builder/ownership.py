@@ -95,13 +95,16 @@ def _left_over(ratio: float, speed: float) -> list[float]:
 
 
 def _ratios() -> tuple[float, ...]:
-    """1, then 20 speeds log-spaced between 0.9 and 1/0.9 (1% apart: a peak at 4 kHz
-    moves half a bin at most between two of them), then the mislabels that no
-    fingerprint played FASTER finds (32 kHz labelled 24 kHz and back)."""
+    """1, then 10 speeds log-spaced up to 1/0.9 (1% apart: a peak at 4 kHz moves half a
+    bin at most between two of them), then the mislabels above 1 that no fingerprint
+    played FASTER finds (32 kHz labelled 24 kHz). No speed below 1: every recording is
+    looked up against every other, so of a pair the one that plays faster is rescaled
+    to the other's speed (a copy played 0.95 times as fast is found from its original,
+    at 1/0.95)."""
     grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
-    speeds = [1.0, *(float(r) for r in grid if abs(r - 1) > 1e-9)]
-    speeds += [r for r in _mislabels() if not any(_left_over(r, s) for s in FASTER)]
-    return tuple(round(r, 6) for r in speeds if r >= 1)
+    speeds = [1.0, *(float(r) for r in grid if r > 1 + 1e-9)]
+    speeds += [r for r in _mislabels() if r > 1 and not any(_left_over(r, s) for s in FASTER)]
+    return tuple(round(r, 6) for r in speeds)
 
 
 RATIOS = _ratios()
@@ -121,7 +124,7 @@ def _faster_ratios() -> tuple[tuple[float, ...], ...]:
 
 
 FASTER_RATIOS = _faster_ratios()
-_OFFSET_BITS = 26  # offsets, in frames, of up to 37 h either way
+_OFFSET_BITS = 26  # offsets, in frames, of up to 74 h either way
 
 
 class NoiseBankVoiceError(UserError, ValueError):
@@ -298,7 +301,7 @@ def pair_scores(
     pairs = np.concatenate([np.zeros(0, np.int64), *(f[0] for f in found)])
     hits = np.concatenate([np.zeros(0, np.int64), *(f[1] for f in found)])
     ratios = np.concatenate([np.zeros(0, np.int64), *(f[2] for f in found)])
-    # Each pair was looked up from both sides (at a ratio and at its inverse): its best.
+    # A pair may be found at several ratios: its best.
     order = np.lexsort((ratios, -hits, pairs))
     first = order[np.r_[True, pairs[order][1:] != pairs[order][:-1]]] if len(order) else order
     scores = {}

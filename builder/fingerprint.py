@@ -12,8 +12,8 @@ tests/audio_edits.py (`bench/bench_ownership.py` prints the table). The sparse p
 survive 5 dB of white noise, codecs and a second voice. A hop of 8 ms, with each
 peak's position refined between frames, keeps them in place under any trim, a whole
 number of frames or not: a 16 ms hop missed 2 of 11 recordings trimmed by half a frame
-(1 s); a 10 ms hop let distinct recordings match; a 4 ms hop found no more and cost
-2.5 times as much.
+(1 s); a 10 ms hop let distinct recordings match; a 4 ms hop caught no more and cost
+2 to 2.5 times as much.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ import scipy.fft
 from scipy.ndimage import maximum_filter1d
 
 N_FFT = 512  # 32 ms at 16 kHz, bins of 31.25 Hz
-HOP = 128  # 8 ms
+HOP = 128  # 8 ms; a peak's time is refined between frames (SUB)
 LOW_BIN, HIGH_BIN = 6, 128  # 190 Hz - 4 kHz, where speech outlasts added noise
 PEAK_T, PEAK_F = 10, 8  # a peak is the loudest of +-80 ms x +-250 Hz around it
 RANGE_DB = 15.0  # ... and within this of the loudest peak of those 160 ms

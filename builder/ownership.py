@@ -65,9 +65,9 @@ COMMON = 64
 # Two recordings hold the same audio when, at one (ratio, offset within a frame),
 # at least MIN_HITS landmarks agree and these are at least MIN_SHARE of the landmarks
 # of the shorter one. Measured (bench/bench_ownership.py): distinct demo recordings of
-# different participants agree on at most 5 landmarks (1.4%); the hardest edits in
-# scope keep at least 13 (5 dB SNR white noise: 16, 5.2%; MP3 of a 0.95 speed change
-# with 10 dB noise: 13, 4.7%); every rate mislabel at least 21.
+# different participants agree on at most 5 landmarks (1.0%); the hardest edit in
+# scope keeps 12 (MP3 of a 0.95 speed change with 10 dB noise: 12, 4.1%), 5 dB SNR
+# white noise 22 (7.6%), every rate mislabel at least 34.
 MIN_HITS = 12
 MIN_SHARE = 0.04
 # Peaks of the query recordings one step of the lookup rescales at once (about 5

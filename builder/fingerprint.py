@@ -61,7 +61,11 @@ class Fingerprint:
 
     times: np.ndarray  # int64
     bins: np.ndarray  # int64
-    faster: tuple[tuple[np.ndarray, np.ndarray], ...] = ()
+    faster: tuple[tuple[np.ndarray, np.ndarray], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.faster) != len(FASTER):  # every lookup of FASTER needs its peaks
+            raise ValueError(f"{len(self.faster)} sets of peaks played faster, not {len(FASTER)}")
 
     def to_text(self) -> str:
         """Compact text for the cache: the number of peak sets, the number of peaks of
@@ -80,12 +84,15 @@ class Fingerprint:
         counts = np.frombuffer(data[4 : 4 * (1 + sets)], "<i4").tolist() if sets > 0 else []
         at = 4 * (1 + len(counts))
         if (
-            not counts
+            sets != 1 + len(FASTER)
             or len(counts) != sets
             or min(counts) < 0
             or 6 * sum(counts) != len(data) - at
         ):
-            raise ValueError(f"{len(data)} bytes that are not a fingerprint ({FINGERPRINT_FORMAT})")
+            raise ValueError(
+                f"{len(data)} bytes that are not a fingerprint ({FINGERPRINT_FORMAT}: the plain "
+                f"peaks and {len(FASTER)} sets played faster)"
+            )
         found = []
         for count in counts:
             times = np.frombuffer(data[at : at + 4 * count], "<i4").astype(np.int64)

@@ -284,9 +284,7 @@ def pair_scores(
     # Every lookup: its peaks, its ratio, and that ratio as Score reports it.
     lookups = [(peaks, r, r) for r in RATIOS]
     for k, speed in enumerate(FASTER):
-        faster = _Peaks.of(
-            [fp.faster[k] if fp and k < len(fp.faster) else None for fp in prints], owner_of
-        )
+        faster = _Peaks.of([fp.faster[k] if fp else None for fp in prints], owner_of)
         lookups += [(faster, r, r / speed) for r in FASTER_RATIOS[k]]
     del prints  # the peaks are held once, as _Peaks
     steps = [

@@ -221,15 +221,17 @@ class _Index:
             owner_of,
         )
 
-    def shared(self, hashes: np.ndarray, queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def shared(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(query landmark, index landmark) of every landmark of another participant
-        sharing a query's hash, the hashes held by more than COMMON such left out."""
+        sharing a query's hash, the hashes held by more than COMMON such left out; the
+        queries given as their participant << HASH_BITS | hash, in order."""
+        hashes = keys & ((1 << HASH_BITS) - 1)
         group = self.bounds[hashes], self.bounds[hashes + 1]
         wanted = np.flatnonzero(group[1] > group[0])
         first, last = group[0][wanted], group[1][wanted]
         # The queries of a batch are of few participants: their searches stay in a few
         # small stretches of the table.
-        key = (self.owner_of[queries[wanted]] << HASH_BITS) | hashes[wanted]
+        key = keys[wanted]
         at = np.minimum(np.searchsorted(self.blocks, key), len(self.blocks) - 1)
         held_own = self.blocks[at] == key
         own = (
@@ -338,14 +340,10 @@ def _batch(
     q_rec = peaks.order[q_local + first]
     # In the order of the index's tables (participant, then hash): their reads are
     # near each other, not all over memory.
-    by_key = np.argsort((index.owner_of[q_rec] << HASH_BITS) | q_hash)
-    q_hash, q_local, q_rec, q_anchor = (
-        q_hash[by_key],
-        q_local[by_key],
-        q_rec[by_key],
-        q_anchor[by_key],
-    )
-    query, held = index.shared(q_hash, q_rec)
+    keys = (index.owner_of[q_rec] << HASH_BITS) | q_hash
+    by_key = np.argsort(keys)
+    keys, q_local, q_rec, q_anchor = keys[by_key], q_local[by_key], q_rec[by_key], q_anchor[by_key]
+    query, held = index.shared(keys)
     b = index.recs[held].astype(np.int64)
     if plain and ratio == 1.0:  # unscaled, i found in j is j found in i: from the first
         keep = q_rec[query] < b

@@ -101,8 +101,8 @@ def _ratios() -> tuple[float, ...]:
     looked up against every other, so of a pair the one that plays faster is rescaled
     to the other's speed (a copy played 0.95 times as fast is found from its original,
     at 1/0.95)."""
-    grid = np.exp(np.linspace(np.log(0.9), -np.log(0.9), 21))
-    speeds = [1.0, *(float(r) for r in grid if r > 1 + 1e-9)]
+    grid = np.exp(np.linspace(0.0, -np.log(0.9), 11))[1:]
+    speeds = [1.0, *(float(r) for r in grid)]
     speeds += [r for r in _mislabels() if r > 1 and not any(_left_over(r, s) for s in FASTER)]
     return tuple(round(r, 6) for r in speeds)
 

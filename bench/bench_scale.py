@@ -23,12 +23,13 @@ ownership steps freed that the writer's allocations (Arrow's pool, Python's obje
 arenas) do not reuse; the writer itself (`datasets`, Arrow, one row group) is
 ~190 MB at any scale.
 
-The ownership line (landmark fingerprint with its speed search, played-faster
-fingerprints for the rate mislabels, looked up in bounded batches with a stop-list, on
-up to 4 threads; 1 Dec 2026, --workers 2, 2 CPUs): scale 1: 3.2 s, parent 156 -> 323
-MB, cold build 33.4 s (11% of the rest); scale 10: 48.3 s, 248 -> 934 MB, cold build
-288 s (20% of the rest). Earlier the same day, on 2 CPUs shared with other jobs and
-before the played-faster fingerprints: 3.0 s / 270 MB and 82.7 s / 635 MB. Before the batches and the stop-list it took 11.5 s / 318 MB and 445 s / 2.6 GB. Its
+The ownership line (landmark fingerprint at an 8 ms hop with its speed search from 1
+up, played-faster fingerprints for the rate mislabels, looked up in bounded batches
+with a stop-list, on up to 4 threads; 2 Dec 2026, --workers 2, 2 CPUs): scale 1: 2.6
+s, parent 155 -> 350 MB, cold build 27.6 s (11% of the rest); scale 10: 47.4 s, 249
+-> 1067 MB, cold build 270 s (21% of the rest). At the 4 ms hop with every speed
+looked up from both sides (1 Dec): 3.2 s / 323 MB and 48.3 s / 934 MB; before the
+played-faster fingerprints: 3.0 s / 270 MB and 82.7 s / 635 MB. Before the batches and the stop-list it took 11.5 s / 318 MB and 445 s / 2.6 GB. Its
 time still grows faster than the collection (the chance matches of unrelated
 recordings, bounded per landmark by the stop-list). The synthetic corpus gives one
 demo participant's recordings, which share their synthesised follow-up phrase, to

@@ -11,6 +11,10 @@ Measured in one run, each step in its own process (so its peak RSS is its own):
   `verify_staged` on it, each in its own process, beside the cold build it checks;
 - the ownership check's price: cold builds with the same workers, with the check and
   with its fingerprints and lookup taken out, alternated, best of 2;
+- the check's parts: in one process, 16 recordings at a time, the CPU time of what
+  a worker does for them (decode and released FLAC; the VAD) and of their
+  fingerprints (plain; played faster), then the lookup of all of them (whole; plain
+  peaks only), so that the machine's changing speed falls on every part alike;
 - baseline: per-file `silero_vad.get_speech_timestamps` with the default model
   on all CPUs (torch threads), every row's audio rendered and encoded on its own,
   no cache, shards written with `datasets`.
@@ -24,6 +28,7 @@ with the figures.
 from __future__ import annotations
 
 import argparse
+import csv
 import inspect
 import json
 import os
@@ -103,15 +108,17 @@ def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
     from redvox.schemas import InputConfig
 
     ownership = _timed_ownership_step()
-    start = time.perf_counter()
+    start, before = time.perf_counter(), os.times()
     report = build_version(
         get_version(version),
         InputConfig.load(config),
         BuildOptions(out=out, workers=workers, progress=False),
     )
-    seconds = time.perf_counter() - start
+    seconds, after = time.perf_counter() - start, os.times()
     return {
         "seconds": seconds,
+        # This process's and its workers' (waited for when the pool closes).
+        "cpu_s": round(sum(after[:4]) - sum(before[:4]), 2),
         "ownership": ownership,
         "rows": sum(report.sets["full"].rows.values()),
         "public_rows": sum(report.sets["public"].rows.values()),
@@ -124,6 +131,83 @@ def run_build(config: Path, out: Path, version: str, workers: int) -> dict:
             "what": "onnxruntime intra-op",
         },
     }
+
+
+def run_check_parts(config: Path) -> dict:
+    """CPU seconds of the ownership check's parts and of the workers' other work on the
+    same recordings, interleaved 16 recordings at a time (see the module docstring)."""
+    import numpy as np
+
+    from redvox.builder import fingerprint as fp
+    from redvox.builder import ownership, recordings
+    from redvox.builder.versions import get_version
+    from redvox.schemas import InputConfig
+
+    inputs = InputConfig.load(config)
+    with open(inputs.contributions, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    vad = recordings._vad_model(get_version("1.0.0").config.vad)
+    _no_fingerprints()  # the worker's own fingerprint is taken out, and timed apart below
+    cpu = {"decode": 0.0, "vad": 0.0, "fingerprint_plain": 0.0, "fingerprint_faster": 0.0}
+    prints = []
+
+    def timed(part: str, work):
+        start = time.process_time()
+        result = work()
+        cpu[part] += time.process_time() - start
+        return result
+
+    for first in range(0, len(rows), 16):
+        batch = rows[first : first + 16]
+        samples = timed("decode", lambda batch=batch: [_worker_decode(inputs, r) for r in batch])
+        timed(
+            "vad",
+            lambda samples=samples: vad.speech_timestamps([s for s in samples if s is not None]),
+        )
+        for audio in samples:
+            audio = np.zeros(0, np.float32) if audio is None else audio
+            plain = timed("fingerprint_plain", lambda audio=audio: fp._peaks(audio, 1.0))
+            faster = timed(
+                "fingerprint_faster",
+                lambda audio=audio: tuple(fp._peaks(audio, s) for s in fp.FASTER),
+            )
+            prints.append(fp.Fingerprint(*plain, faster))
+    owners = [r["participant_key"] for r in rows]
+    whole = (ownership.RATIOS, ownership.FASTER, ownership.FASTER_RATIOS)
+    # Without the played-faster peaks, the mislabels' ratios are looked up on the plain ones.
+    plain_only = (_plain_ratios(), (), ())
+    lookup, pairs = {"lookup": [], "lookup_plain": []}, {}
+    for _ in range(3):
+        for part, setting in (("lookup", whole), ("lookup_plain", plain_only)):
+            ownership.RATIOS, ownership.FASTER, ownership.FASTER_RATIOS = setting
+            start = time.process_time()
+            pairs[part] = len(ownership.matching_pairs(prints, owners))
+            lookup[part].append(time.process_time() - start)
+    cpu |= {part: min(times) for part, times in lookup.items()}
+    return {
+        "cpu_s": {k: round(v, 2) for k, v in cpu.items()},
+        "recordings": len(rows),
+        "pairs": pairs,  # matching pairs found by each lookup
+    }
+
+
+def _worker_decode(inputs, row: dict):
+    from redvox.builder import recordings
+
+    _, released, samples = recordings._normalise_file(str(inputs.audio_root / row["audio_file"]))
+    recordings._released_bytes(released)
+    return samples
+
+
+def _plain_ratios() -> tuple[float, ...]:
+    from redvox.builder import ownership
+
+    saved = ownership.FASTER
+    ownership.FASTER = ()
+    try:
+        return ownership._ratios()
+    finally:
+        ownership.FASTER = saved
 
 
 def run_stage(config: Path, out: Path) -> dict:
@@ -290,6 +374,8 @@ def child(args: argparse.Namespace) -> None:
         result = run_stage(args.config, args.out)
     elif args.child == "verify":
         result = run_verify(args.config, args.out)
+    elif args.child == "check_parts":
+        result = run_check_parts(args.config)
     else:
         if args.child == "build_unchecked":
             _without_the_check()
@@ -302,6 +388,7 @@ def main(args: argparse.Namespace) -> None:
     from synth_corpus import make_corpus
 
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="redvox-bench-"))
+    parts = None
     try:
         sys.stderr.write(f"generating corpora under {workdir}\n")
         big = make_corpus(workdir / "corpus", scale=args.scale)
@@ -313,7 +400,7 @@ def main(args: argparse.Namespace) -> None:
             sys.stderr.write(f"{name} ...\n")
             steps[name] = measure(name, config=big, out=out)
         if args.verify_only:
-            report(steps, args)
+            report(steps, args, parts)
             return
         small = make_corpus(workdir / "corpus-small", scale=args.scale / 2)
         for name, kwargs in (
@@ -333,16 +420,18 @@ def main(args: argparse.Namespace) -> None:
                 result = measure(step, workers=args.workers, **kwargs)
                 if name not in steps or result["seconds"] < steps[name]["seconds"]:
                     steps[name] = result
+        sys.stderr.write("the check's parts ...\n")
+        parts = measure("check_parts", config=big)
         sys.stderr.write("baseline ...\n")
         steps["baseline"] = measure("baseline", config=big, out=workdir / "out-baseline")
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
     if not args.verify_only:
-        report(steps, args)
+        report(steps, args, parts)
 
 
-def report(steps: dict, args: argparse.Namespace) -> None:
+def report(steps: dict, args: argparse.Namespace, parts: dict | None) -> None:
     table = [
         [
             name,
@@ -387,6 +476,8 @@ def report(steps: dict, args: argparse.Namespace) -> None:
             f"{checked:.1f} s against {unchecked:.1f} s without it: {100 * more:+.0f}% "
             "(budget +20%)"
         )
+    if parts:
+        report_parts(parts["cpu_s"], steps["cold_unchecked"]["cpu_s"])
     figures = {
         "cold_s": round(cold["seconds"], 2),
         "ownership_s": owned["seconds"],
@@ -405,6 +496,8 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         "add_condition_s": round(steps["add_condition"]["seconds"], 2),
         "baseline_s": round(steps["baseline"]["seconds"], 2),
         "check_price": round(check_price(steps), 3),
+        "cold_unchecked_cpu_s": steps["cold_unchecked"]["cpu_s"],
+        "check_parts_cpu_s": parts["cpu_s"],
         "speedup": round(steps["baseline"]["seconds"] / steps["cold"]["seconds"], 2),
         "peak_rss_mb": round(
             max(
@@ -419,6 +512,27 @@ def report(steps: dict, args: argparse.Namespace) -> None:
         "baseline_threads": threads_label(steps["baseline"]["threads"]),
     }
     print(json.dumps(figures))
+
+
+def report_parts(cpu: dict, unchecked_cpu: float) -> None:
+    """The check's parts against the workers' other work on the same recordings, measured
+    in the same process (a share that the machine's changing speed does not move)."""
+    rest = cpu["decode"] + cpu["vad"]
+    whole = cpu["fingerprint_plain"] + cpu["fingerprint_faster"] + cpu["lookup"]
+    plain = cpu["fingerprint_plain"] + cpu["lookup_plain"]
+    print(
+        f"the check's parts (CPU s, interleaved in one process): fingerprints "
+        f"{cpu['fingerprint_plain']:.1f} plain + {cpu['fingerprint_faster']:.1f} played "
+        f"faster, lookup {cpu['lookup']:.1f} (of the plain peaks alone "
+        f"{cpu['lookup_plain']:.1f}), against a worker's decode and released FLAC "
+        f"{cpu['decode']:.1f} and VAD {cpu['vad']:.1f} for the same recordings"
+    )
+    print(
+        f"the check: {whole:.1f} CPU s, {100 * whole / rest:.0f}% of that other work; "
+        f"{plain:.1f} ({100 * plain / rest:.0f}%) without the played-faster peaks. For "
+        f"scale, in a run of its own: the unchecked cold build, {unchecked_cpu:.1f} CPU s in "
+        "all its processes"
+    )
 
 
 def check_price(steps: dict) -> float:

@@ -157,9 +157,16 @@ def run_check_parts(config: Path) -> dict:
         cpu[part] += time.process_time() - start
         return result
 
+    def decode(row: dict):  # what a worker does before the VAD, fingerprint taken out
+        _, released, samples = recordings._normalise_file(
+            str(inputs.audio_root / row["audio_file"])
+        )
+        recordings._released_bytes(released)
+        return samples
+
     for first in range(0, len(rows), 16):
         batch = rows[first : first + 16]
-        samples = timed("decode", lambda batch=batch: [_worker_decode(inputs, r) for r in batch])
+        samples = timed("decode", lambda batch=batch: [decode(r) for r in batch])
         timed(
             "vad",
             lambda samples=samples: vad.speech_timestamps([s for s in samples if s is not None]),
@@ -175,7 +182,8 @@ def run_check_parts(config: Path) -> dict:
     owners = [r["participant_key"] for r in rows]
     whole = (ownership.RATIOS, ownership.FASTER, ownership.FASTER_RATIOS)
     # Without the played-faster peaks, the mislabels' ratios are looked up on the plain ones.
-    plain_only = (_plain_ratios(), (), ())
+    ownership.FASTER = ()
+    plain_only = (ownership._ratios(), (), ())
     lookup, pairs = {"lookup": [], "lookup_plain": []}, {}
     for _ in range(3):
         for part, setting in (("lookup", whole), ("lookup_plain", plain_only)):
@@ -189,25 +197,6 @@ def run_check_parts(config: Path) -> dict:
         "recordings": len(rows),
         "pairs": pairs,  # matching pairs found by each lookup
     }
-
-
-def _worker_decode(inputs, row: dict):
-    from redvox.builder import recordings
-
-    _, released, samples = recordings._normalise_file(str(inputs.audio_root / row["audio_file"]))
-    recordings._released_bytes(released)
-    return samples
-
-
-def _plain_ratios() -> tuple[float, ...]:
-    from redvox.builder import ownership
-
-    saved = ownership.FASTER
-    ownership.FASTER = ()
-    try:
-        return ownership._ratios()
-    finally:
-        ownership.FASTER = saved
 
 
 def run_stage(config: Path, out: Path) -> dict:

@@ -76,7 +76,9 @@ class ClipRenderer:
         return clip, params.to_json()
 
     def _clip(self, params: ClipParams, name: str, speech_digest: str | None) -> AudioRef:
-        key = digest_of("clip", params.to_json(), speech_digest or "")
+        # The bank's content is in the key: a bank file replaced under the same name
+        # (a voice taken out of it) never leaves the old clip in use.
+        key = digest_of("clip", params.to_json(), speech_digest or "", self.bank.fingerprint())
         fact = self.cache.get(ClipFact, key)
         if fact is None:
             samples = flac_samples(self.cache.blob(speech_digest)) if speech_digest else None

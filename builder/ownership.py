@@ -131,6 +131,12 @@ class NoiseBankVoiceError(UserError, ValueError):
     """A noise-bank file holds a contribution's audio: the bank must hold no one's voice."""
 
 
+class UnreadableVoiceError(UserError, ValueError):
+    """Audio of someone not cleared for every set built (withheld, unknown, or in the
+    audio folder under no row) cannot be decoded: a copy of it filed under another
+    participant, or put in the noise bank, could not be found."""
+
+
 # --- the lookup ----------------------------------------------------------------------
 
 
@@ -422,6 +428,62 @@ def contribution_audio(
     return found
 
 
+# What an audio file in the audio folder may be called, or begin with, to be looked at
+# as a recording (every container the readers decode: libsndfile's, and FFmpeg's).
+AUDIO_SUFFIXES = frozenset(
+    ".wav .wave .flac .mp3 .ogg .oga .opus .m4a .mp4 .aac .webm .mka .mkv .mov .aif .aiff "
+    ".aifc .wma .amr .3gp .caf .wv .ape .ac3 .au .snd".split()
+)
+_AUDIO_MAGIC = (b"RIFF", b"RF64", b"fLaC", b"OggS", b"ID3", b"FORM", b"\x1aE\xdf\xa3", b"#!AMR")
+_AUDIO_MAGIC += (b"caff", b"wvpk", b"MAC ", b"\x30\x26\xb2\x75", b".snd")
+
+
+def _may_be_audio(path: Path) -> bool:
+    """Whether a file's name or first bytes say it may hold audio (an MPEG frame or an
+    ADTS header begin with 11 set bits)."""
+    if path.suffix.lower() in AUDIO_SUFFIXES:
+        return True
+    with path.open("rb") as handle:
+        head = handle.read(12)
+    mpeg = len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0
+    return head.startswith(_AUDIO_MAGIC) or head[4:8] == b"ftyp" or mpeg
+
+
+def unclaimed_audio(
+    config: InputConfig, rows: dict[int, dict[str, str | None]]
+) -> list[OtherAudio]:
+    """Every file of the audio folder that may hold audio and that no contributions row
+    in `rows` leads to (by path, link or hard link): a recording whose row is missing
+    or could not be read (a line the table reader rejected), whose consent therefore
+    cannot be established. Links that lead outside the folder are not in it."""
+    root = Path(config.audio_root).resolve()
+    claimed: set[tuple[int, int]] = set()
+    for cells in rows.values():
+        name = (cells.get("audio_file") or "").strip()
+        path = (root / name).resolve() if name else None
+        if path is not None and path.is_relative_to(root) and path.is_file():
+            claimed.add(_identity(path))
+    found = []
+    for folder, subfolders, names in os.walk(root):
+        subfolders.sort()
+        for name in sorted(names):
+            path = (Path(folder) / name).resolve()
+            if not path.is_relative_to(root) or not path.is_file():
+                continue
+            identity = _identity(path)
+            if identity in claimed or not _may_be_audio(path):
+                continue
+            claimed.add(identity)  # one file, however many links lead to it
+            where = f"{path} (in audio_root, named by no readable contributions row)"
+            found.append(OtherAudio(where, path, sha256_file(path)))
+    return found
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino
+
+
 def bank_audio(bank: NoiseBank) -> list[OtherAudio]:
     """Every file of the noise bank, each as the audio the check reads."""
     return [
@@ -437,25 +499,39 @@ def exclude_shared_audio(
     cache: BuildCache,
     limits: AudioLimits = DEFAULT_LIMITS,
     *,
+    cleared: Set[str] = frozenset(),
     bank: Sequence[OtherAudio] = (),
     bank_loader: Callable[[Path], np.ndarray] | None = None,
 ) -> list[SpeechOutcome]:
     """`outcomes` of the admitted recordings, with every recording whose audio contains,
     or is contained in, audio filed under another participant refused, naming the other
-    rows. `others` (every other contributions row, joined or not: consent that cannot be
-    established is no consent) are fingerprinted too, behind the cache; so is every
-    noise-bank file of `bank` (decoded by `bank_loader`, as the clips use it), and a
-    bank file that matches any contribution stops the build (NoiseBankVoiceError).
+    rows. Refused recordings that decoded (clipped, too little speech) keep their
+    fingerprints for this. `others` (every other contributions row, joined or not, and
+    the audio folder's files no row names: consent that cannot be established is no
+    consent) are fingerprinted too, behind the cache; so is every noise-bank file of
+    `bank` (decoded by `bank_loader`, as the clips use it), and a bank file that matches
+    any contribution stops the build (NoiseBankVoiceError). So does a recording that
+    cannot be decoded unless its participant is one of `cleared` (admitted to every set
+    built: a copy of their audio would be published with their consent)
+    (UnreadableVoiceError).
 
     The outcomes come back without their fingerprints: this is their only reader."""
     prints: list[Fingerprint | str | None] = [o.fingerprint or None for o in outcomes]
     prints += [_file_fingerprint(o.path, o.sha256, cache, limits) for o in others]
-    prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
     where = [f"{r.file} line {r.line} ({r.contribution.audio_file})" for r in admitted] + [
         o.where for o in [*others, *bank]
     ]
     owners = [r.participant_key for r in admitted]
     owners += [o.owner if o.owner else f"\x00{o.where}" for o in others]
+
+    def why(k: int) -> str:
+        if k < len(admitted):
+            quarantine = outcomes[k].quarantine
+            return quarantine.reason if quarantine else "no fingerprint"
+        return _decode_error(others[k - len(admitted)].path, limits)
+
+    _refuse_unreadable(prints, owners, where, cleared, why)
+    prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
     owners += [NOISE_BANK_OWNER] * len(bank)
     pairs = matching_pairs(prints, owners)
     _refuse_bank_voices(pairs, len(admitted) + len(others), where)
@@ -465,7 +541,7 @@ def exclude_shared_audio(
         partners.setdefault(j, []).append(i)
     result = [replace(outcome, fingerprint=None) for outcome in outcomes]
     for i, found in partners.items():
-        if i >= len(admitted):
+        if i >= len(admitted) or result[i].audio is None:  # refused already, for its own reason
             continue
         named = ", ".join(where[j] for j in sorted(found))
         reason = (
@@ -480,6 +556,36 @@ def exclude_shared_audio(
             quarantine=recording_quarantine(admitted[i], "ownership", reason, SHARED_AUDIO),
         )
     return result
+
+
+def _refuse_unreadable(
+    prints: Sequence[Fingerprint | str | None],
+    owners: Sequence[str],
+    where: Sequence[str],
+    cleared: Set[str],
+    why: Callable[[int], str],
+) -> None:
+    """UnreadableVoiceError for the recordings without a fingerprint (they did not
+    decode: `why(k)` says why) whose participant is not in `cleared`."""
+    found = [k for k, p in enumerate(prints) if p is None and owners[k] not in cleared]
+    if found:
+        named = "; ".join(f"{where[k]} ({why(k)})" for k in found[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        raise UnreadableVoiceError(
+            f"{len(found)} recording(s) cannot be decoded and belong to no participant who "
+            "consented to every set being built (or to an unknown one): a copy of them filed "
+            "under another participant or put in the noise bank could not be found, so "
+            f"nothing is built: {named}{more}. Re-export each file (or raise audio_limits, "
+            "when it is over them) so that it decodes, or delete the recording and its row"
+        )
+
+
+def _decode_error(path: Path, limits: AudioLimits) -> str:
+    try:
+        decode_audio(path, limits=limits)
+    except AudioDecodeError as exc:
+        return str(exc).removeprefix(f"{path}: ")
+    return "it decodes now: run the command again"
 
 
 def _refuse_bank_voices(pairs: set, contributions: int, where: Sequence[str]) -> None:
@@ -500,15 +606,23 @@ def check_noise_bank(
     bank_loader: Callable[[Path], np.ndarray],
     cache: BuildCache,
     limits: AudioLimits = DEFAULT_LIMITS,
+    cleared: Set[str] = frozenset(),
 ) -> None:
     """NoiseBankVoiceError when a file of `bank` holds the audio of any of `contributions`
-    (for `variants add`, which mixes bank files into new clips)."""
-    prints = [_file_fingerprint(o.path, o.sha256, cache, limits) for o in contributions]
+    (for `variants add`, which mixes bank files into new clips); UnreadableVoiceError
+    when one of them does not decode and its owner is not in `cleared`."""
+    prints: list[str | None] = [
+        _file_fingerprint(o.path, o.sha256, cache, limits) for o in contributions
+    ]
+    where = [o.where for o in [*contributions, *bank]]
+    owners = [o.owner or f"\x00{o.where}" for o in contributions]
+    _refuse_unreadable(
+        prints, owners, where, cleared, lambda k: _decode_error(contributions[k].path, limits)
+    )
     prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
     # Contributions never pair with each other here: only the bank is checked.
     owners = [NOISE_BANK_OWNER + "contribution"] * len(contributions)
     owners += [NOISE_BANK_OWNER] * len(bank)
-    where = [o.where for o in [*contributions, *bank]]
     _refuse_bank_voices(matching_pairs(prints, owners), len(contributions), where)
 
 

@@ -48,7 +48,7 @@ from .manifest import (
     recorded_files,
     write_quarantine,
 )
-from .ownership import bank_audio, contribution_audio, exclude_shared_audio
+from .ownership import bank_audio, contribution_audio, exclude_shared_audio, unclaimed_audio
 from .provenance import check_same_collection, record_inputs
 from .pseudonym import load_pseudonym_key, pseudonymize
 from .recordings import SpeechOutcome, normalise_recordings
@@ -230,12 +230,16 @@ def _speech(
     )
     admitted_lines = {r.line for r in wanted}
     others = contribution_audio(config, inputs.contribution_rows, admitted_lines)
+    others += unclaimed_audio(config, inputs.contribution_rows)
+    everyone = consent_states(inputs.consent, inputs.consent)
+    cleared = {k for k, state in everyone.items() if all(map(state.allows, options.sets))}
     outcomes = exclude_shared_audio(
         wanted,
         outcomes,
         others,
         cache,
         config.audio_limits,
+        cleared=cleared,
         bank=bank_audio(bank),
         bank_loader=lambda path: bank.load(path.relative_to(bank.root).as_posix()),
     )

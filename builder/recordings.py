@@ -304,8 +304,11 @@ def normalise_recordings(
 
 
 def _outcome(rec: Recording, fact: DecodeFact, verdict: VadResult | None) -> SpeechOutcome:
+    # A refused recording keeps its fingerprint when it decoded (clipped, too little
+    # speech): it is released nowhere, but a copy of it filed under another participant
+    # must still be found (builder/ownership.py).
     def refused(stage: Stage, reason: str) -> SpeechOutcome:
-        return SpeechOutcome(None, recording_quarantine(rec, stage, reason))
+        return SpeechOutcome(None, recording_quarantine(rec, stage, reason), fact.fingerprint)
 
     if fact.error is not None:
         return refused("decode", fact.error)

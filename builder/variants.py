@@ -25,12 +25,14 @@ from redvox.schemas.config import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import sha256_file, shard_path, shard_paths
 from redvox.schemas.records import item_key
-from redvox.schemas.vocab import SPEECH_AUDIO_TYPE
+from redvox.schemas.vocab import PUBLIC, SPEECH_AUDIO_TYPE
 from redvox.sources.contributions import read_contributions
 from redvox.sources.musan import NoiseBank
+from redvox.sources.registry import read_registries
 
 from .cache import BuildCache, digest_of
 from .clips import ClipRenderer
+from .consent import consent_states
 from .manifest import (
     CONSENT_AUDIT,
     MANIFEST,
@@ -41,7 +43,7 @@ from .manifest import (
     file_hashes,
     recorded_files,
 )
-from .ownership import bank_audio, check_noise_bank, contribution_audio
+from .ownership import bank_audio, check_noise_bank, contribution_audio, unclaimed_audio
 from .rows import AudioRef, natural_key
 from .versions import VERSIONS
 from .write import (
@@ -116,15 +118,18 @@ def _check_bank(config: InputConfig, bank: NoiseBank, cache: BuildCache) -> None
     """The bank must hold no contribution's voice: every row of the contributions
     manifest counts, whether or not it would join."""
     read = read_contributions(config.contributions, config.audio_root)
-    fatal = [str(p) for p in read.problems if p.fatal]
+    registries = read_registries(config.participants, config.consent)
+    fatal = [str(p) for p in [*read.problems, *registries.problems] if p.fatal]
     if fatal:
         raise VariantError(f"the noise bank cannot be checked: {fatal[0]}")
+    states = consent_states(registries.by_participant(), registries.by_participant())
     check_noise_bank(
-        contribution_audio(config, read.rows),
+        contribution_audio(config, read.rows) + unclaimed_audio(config, read.rows),
         bank_audio(bank),
         lambda path: bank.load(path.relative_to(bank.root).as_posix()),
         cache,
         config.audio_limits,
+        cleared={key for key, state in states.items() if state.allows(PUBLIC)},
     )
 
 

@@ -420,8 +420,8 @@ def contribution_audio(
         name = (cells.get("audio_file") or "").strip()
         if line in skip or not name:
             continue
-        path = (root / name).resolve()
-        if path.is_relative_to(root) and path.is_file():
+        path = _inside(root, root / name)
+        if path is not None:
             owner = (cells.get("participant_key") or "").strip() or None
             where = f"{config.contributions} line {line} ({name})"
             found.append(OtherAudio(where, path, sha256_file(path), owner))
@@ -460,23 +460,43 @@ def unclaimed_audio(
     claimed: set[tuple[int, int]] = set()
     for cells in rows.values():
         name = (cells.get("audio_file") or "").strip()
-        path = (root / name).resolve() if name else None
-        if path is not None and path.is_relative_to(root) and path.is_file():
+        path = _inside(root, root / name) if name else None
+        if path is not None:
             claimed.add(_identity(path))
     found = []
-    for folder, subfolders, names in os.walk(root):
+
+    def refuse(error: OSError) -> None:
+        raise UserError(
+            f"{error.filename}: cannot be read ({error.strerror}); every file of "
+            "audio_root is checked for a participant's voice: make it readable"
+        )
+
+    for folder, subfolders, names in os.walk(root, onerror=refuse):
         subfolders.sort()
         for name in sorted(names):
-            path = (Path(folder) / name).resolve()
-            if not path.is_relative_to(root) or not path.is_file():
+            path = _inside(root, Path(folder) / name)
+            if path is None:
                 continue
-            identity = _identity(path)
-            if identity in claimed or not _may_be_audio(path):
-                continue
-            claimed.add(identity)  # one file, however many links lead to it
-            where = f"{path} (in audio_root, named by no readable contributions row)"
-            found.append(OtherAudio(where, path, sha256_file(path)))
+            try:
+                identity = _identity(path)
+                if identity in claimed or not _may_be_audio(path):
+                    continue
+                claimed.add(identity)  # one file, however many links lead to it
+                where = f"{path} (in audio_root, named by no readable contributions row)"
+                found.append(OtherAudio(where, path, sha256_file(path)))
+            except OSError as error:
+                refuse(error)
     return found
+
+
+def _inside(root: Path, path: Path) -> Path | None:
+    """The file `path` leads to, when it is one inside `root` (None for a link that
+    leads outside, a link loop, a folder or nothing)."""
+    try:
+        path = path.resolve()
+    except (OSError, RuntimeError):  # a loop of symbolic links
+        return None
+    return path if path.is_relative_to(root) and path.is_file() else None
 
 
 def _identity(path: Path) -> tuple[int, int]:

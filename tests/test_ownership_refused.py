@@ -220,6 +220,10 @@ def test_an_undecodable_file_no_row_names_stops_the_build(tmp_path, demo_cache):
     name or content are not recordings and are left alone."""
     corpus = _corpus(tmp_path)
     (corpus / "audio" / "notes.txt").write_text("collected in March\n", encoding="utf-8")
+    (corpus / "audio" / "loop-a.flac").symlink_to("loop-b.flac")  # a loop: no file at all
+    (corpus / "audio" / "loop-b.flac").symlink_to("loop-a.flac")
+    with (corpus / "contributions.csv").open("a", encoding="utf-8") as manifest:
+        manifest.write("demo-p01,shades,3.0,en,loop-a.flac,x.,Do you agree?,x. Do you agree?,,\n")
     (corpus / "audio" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(64))
     stray = corpus / "audio" / WITHHELD / "en_take_2.wav"
     stray.write_bytes(_truncated(*_flac_of(corpus))[1])
@@ -227,7 +231,10 @@ def test_an_undecodable_file_no_row_names_stops_the_build(tmp_path, demo_cache):
     assert result.exit_code != 0
     assert str(stray.resolve()) in result.output and "named by no readable" in result.output
     stray.unlink()
-    assert _build(corpus, tmp_path / "out", demo_cache).exit_code == 0
+    result = _build(corpus, tmp_path / "out", demo_cache)
+    assert result.exit_code == 0, result.output
+    quarantine = (tmp_path / "out" / "1.0.0" / "full" / "quarantine.jsonl").read_text()
+    assert "loop-a.flac" in quarantine  # the row naming a loop is refused, on its line
 
 
 def _flac_of(corpus: Path) -> tuple[bytes, np.ndarray]:

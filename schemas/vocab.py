@@ -8,6 +8,7 @@ tongue. Everything is mapped here, once, and the card says so.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Sequence
 from typing import Annotated, Literal, get_args
 
@@ -259,29 +260,144 @@ def malert_group(category: str) -> str | None:
     )
 
 
-# How database and spreadsheet exports spell an empty cell. In a private registry such
-# a cell is neither a value nor truly empty, and is refused (sources/registry.py).
-PLACEHOLDERS = frozenset({"null", "none", "nan", "n/a", "nil", "-", "--"})
+# How database, spreadsheet and statistics exports spell an empty cell, compared after
+# `placeholder_form` (NFKC, invisible characters and whitespace removed, case folded). In a
+# private registry such a cell is neither a value nor truly empty, and is refused
+# (sources/registry.py), in every column.
+PLACEHOLDERS = frozenset(
+    {
+        # pandas, R, SQL, JavaScript, Python, MySQL exports
+        "null", "(null)", "<null>", "[null]", "none", "(none)", "<none>", "nan", "-nan",
+        "+nan", "nat", "na", "<na>", "n/a", "n.a.", "n.a", "nil", "undefined", "undef",
+        "\\n", "inf", "-inf", "+inf", "infinity", "-infinity", "1.#ind", "-1.#ind",
+        "1.#qnan", "-1.#qnan", "#n/an/a", "#getting_data", "-", "--",
+        # words for "nothing here"
+        "unknown", "unk", "missing", "blank", "(blank)", "<blank>", "empty", "(empty)",
+        "<empty>", "void", "notavailable", "notapplicable", "nodata", "novalue", "notgiven",
+        "notknown", "notset", "notspecified", "notstated", "unspecified", "tbd", "tba",
+        "tbc", "pending", "n/d", "n.d.", "n.d", "n.v.", "n.c.", "n.r.", "s/d",
+        # the same in the languages of the collection
+        "k.a.", "k.a", "keineangabe", "unbekannt", "fehlt", "leer", "nessuno", "nessuna",
+        "sconosciuto", "mancante", "vuoto", "nondisponibile", "inconnu", "néant", "vide",
+        "nonrenseigné", "desconocido", "ninguno", "ninguna", "vacío", "vacio", "sindatos",
+        "nodisponible",
+    }
+)  # fmt: skip
+# Spreadsheet error values in any language: #N/A, #NV, #N/D, #VALUE!, #WERT!, #¡VALOR!,
+# #DIV/0!, #NAME?, #¿NOMBRE? ...
+_SPREADSHEET_ERROR = re.compile(r"#(?:[¡¿]?[\w/.]+[!?]|n/?[avd])")
+# A zero is how a spreadsheet formula shows an empty cell it refers to: a placeholder
+# where the column holds free text that a value would count for (a consent form
+# version, an ethnicity), not in a key (a number is a key) or a checked column.
+_ZERO = re.compile(r"[+-]?0+(?:[.,]0+)?")
+# Letters that draw nothing: the Hangul fillers, and the blank Braille pattern.
+INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0\u2800")
+_INVISIBLE_CATEGORIES = frozenset({"Cf", "Cc", "Zs", "Zl", "Zp", "Mn", "Me", "Cn", "Co"})
 
-# Personal data that a free-text field (ethnicity) must not carry. A two-digit number
-# may be an age ("30s"); more digits, an e-mail address, a URL, a phone number or a
-# street address identify a person and are refused.
+
+def is_invisible(char: str) -> bool:
+    """Whether `char` shows nothing by itself: format characters (U+200B, U+2060, U+FEFF,
+    the soft hyphen), controls, spaces, combining marks, the Hangul fillers."""
+    return char in INVISIBLE_LETTERS or unicodedata.category(char) in _INVISIBLE_CATEGORIES
+
+
+def placeholder_form(value: str) -> str:
+    """`value` as PLACEHOLDERS are written: NFKC, without invisible characters and
+    whitespace, case folded (` N/A `, `n / a`, `Ｎ／Ａ` and `N\u200b/A` are all `n/a`)."""
+    text = unicodedata.normalize("NFKC", value)
+    return "".join(c for c in text if not is_invisible(c) and not c.isspace()).casefold()
+
+
+def placeholder_in(value: str, *, zero: bool = False) -> str | None:
+    """Why the cell `value` is a placeholder rather than a value, None when it is not:
+    a cell of invisible characters only (it looks empty and is not), an export's empty
+    value (PLACEHOLDERS, spreadsheet errors), a cell without a letter or a digit (`—`,
+    `?`, `.`), and with `zero` a zero (`0`, `0.0`)."""
+    if all(is_invisible(c) for c in value):
+        names = ", ".join(
+            dict.fromkeys(f"U+{ord(c):04X} {unicodedata.name(c, 'unnamed')}" for c in value)
+        )
+        return f"{value!r} holds only invisible characters ({names}): it looks empty but is not"
+    form = placeholder_form(value)
+    if form in PLACEHOLDERS or _SPREADSHEET_ERROR.fullmatch(form):
+        return (
+            f"{value!r} is how some exports write an empty cell, and is neither a value nor empty"
+        )
+    if not any(unicodedata.category(c)[0] in "LN" and c not in INVISIBLE_LETTERS for c in form):
+        return f"{value!r} has no letter or digit: it stands for an empty cell, and is not a value"
+    if zero and _ZERO.fullmatch(form):
+        return f"{value!r} is how a spreadsheet formula shows an empty cell, and is not a value"
+    return None
+
+
+# Personal data that a free-text field (ethnicity) must not carry: the answer is screened
+# as written and once more after NFKC with format characters removed (fullwidth
+# `＠`, superscript digits, a zero-width space inside an address). A two-digit number
+# may be an age ("30s"); more digits, an e-mail address (also written `name at example
+# dot com` or `name(at)example(dot)com`), a user name (`@name`), a web address or a
+# domain (`t.me/name`, `name.ch`), a phone number, a postcode or a street address
+# (`Hauptstraße 5`, `12, chemin des Vignes`, `C/ Mayor 3`) identify a person and are
+# refused.
+_AT = r"(?:\s*[\[({<]\s*at\s*[\])}>]\s*|\s+at\s+)"
+_DOT = r"(?:\s*[\[({<]\s*(?:dot|punto|punkt|point)\s*[\])}>]\s*|\s+(?:dot|punto|punkt)\s+|\.)"
+_GENERIC_TLDS = (
+    "com|org|net|edu|gov|mil|int|info|biz|name|pro|mobi|app|dev|page|online|site|web|"
+    "blog|shop|store|tech|email|social|link|club|xyz|eu|asia|swiss|berlin|paris|roma"
+)
+_STREET_WORDS = (
+    # English
+    r"street|road|avenue|boulevard|blvd|highway|postcode|post\s*code|zip\s*code|"
+    r"p\.?\s*o\.?\s*box|lives?\s+at|address|"
+    # Italian
+    r"via|viale|v\.le|vicolo|vico|piazza|p\.zza|p\.za|piazzale|corso|c\.so|largo|strada|"
+    r"contrada|località|loc\.|"
+    # French
+    r"rue|chemin|impasse|allée|quai|bd|boul\.|av\.|faubourg|lieu-dit|"
+    # Spanish, Catalan, Portuguese
+    r"avenida|avda\.?|calle|plaza|pza\.|paseo|carrer|camino|travesía|rua|travessa|praça|"
+    # German, Dutch
+    r"stra(?:ss|ß)e|str\.|gasse|allee|chaussee|weg|platz|straat|laan|plein|gracht"
+)
+# Words that are street types only next to a house number ("5 Church Close", "place du
+# Marché 3").
+_NUMBERED_STREET_WORDS = (
+    r"st|rd|ave|dr|ct|pl|ln|lane|place|route|cours|way|drive|close|court|square|terrace|"
+    r"crescent|row|hill|gardens|grove|walk|mews|parade|green|park|ring|markt|ulica|ul"
+)
+# German, Dutch and Scandinavian street names are compounds: Hauptstraße, Gartenweg.
+_STREET_SUFFIXES = (
+    r"stra(?:ss|ß)e|str\.?|gasse|weg|platz|allee|ring|damm|ufer|steig|pfad|chaussee|"
+    r"graben|markt|straat|laan|plein|gracht|gade|vej|gatan|vägen|veien"
+)
 _PERSONAL_DATA: tuple[tuple[str, re.Pattern[str]], ...] = (
-    ("an e-mail address", re.compile(r"[^\s@]+@[^\s@]+\.\w+")),
+    ("an e-mail address", re.compile(r"[^\s@]+@[^\s@]+\.\w+|\w@\w")),
+    ("an e-mail address", re.compile(rf"(?i)\w[\w.+-]*{_AT}[\w-]+(?:{_DOT}[\w-]+)+")),
+    ("an e-mail address", re.compile(r"(?i)\w[\[({<]at[\])}>]\w")),
+    ("a user name (@name)", re.compile(r"(?<![\w@])@\w")),
     (
         "a URL",
         re.compile(
-            r"(?i)\b(?:https?://|ftp://|www\.)\S+|\b[\w-]+\.(?:com|org|net|edu|gov|io|it|de|fr|es|uk|eu|info)\b"
+            r"(?i)\b(?:https?://|ftp://|www\.)\S+"
+            rf"|\b[\w-]+(?:\.[\w-]+)*\.(?:{_GENERIC_TLDS})\b"
+            r"|\b[\w-]+(?:\.[\w-]+)*\.[a-z]{2}\b(?![.-]?\w)"
+            r"|\b[\w-]+(?:\.[\w-]+)+/[\w.~%/?=&+-]+"
         ),
     ),
-    ("a phone number", re.compile(r"\+?\d[\d\s().-]{5,}\d")),
-    ("more digits than an age", re.compile(r"\d[\d\s.,/-]*\d[\d\s.,/-]*\d")),
+    ("a phone number", re.compile(r"\+?\d(?:[\W_]*\d){6,}")),
+    (
+        "a postcode",
+        re.compile(r"(?i)\b(?:[a-z]{1,2}\d[a-z\d]?\s*\d[a-z]{2}|[a-z]\d[a-z]\s?\d[a-z]\d)\b"),
+    ),
+    ("more digits than an age", re.compile(r"\d(?:[\W_]*\d){2,}")),
     (
         "a street address",
         re.compile(
-            r"(?i)\b(?:lives? at|address|street|st\.|road|rd\.|avenue|ave\.|lane|boulevard|"
-            r"via|viale|piazza|corso|rue|avenida|calle|plaza|stra(?:ss|ß)e|weg|platz|"
-            r"postcode|zip code|p\.?o\.? box)\b"
+            rf"(?i)(?<!\w)(?:{_STREET_WORDS})(?!\w)"
+            rf"|\w(?:stra(?:ss|ß)e)\b"
+            rf"|\w(?:{_STREET_SUFFIXES})\s*\d"
+            r"|(?<![\w/])c/(?:\s|o\b)"
+            rf"|\b\d{{1,4}}\s*[a-z]?,?\s+(?:[\w'-]+\s+)?(?:{_NUMBERED_STREET_WORDS})\b"
+            rf"|\b(?:{_NUMBERED_STREET_WORDS})\.?\s+(?:[\w'.-]+\s+){{0,3}}\d{{1,4}}\b"
         ),
     ),
     ("a house number", re.compile(r"\b\d{1,4}[a-zA-Z]?,?\s+[A-ZÀ-Ý][\w'-]+\s+[A-ZÀ-Ý]")),
@@ -289,9 +405,17 @@ _PERSONAL_DATA: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 def personal_data_in(text: str) -> str | None:
-    """What kind of personal data free text `text` seems to hold (None: nothing found)."""
+    """What kind of personal data free text `text` seems to hold (None: nothing found),
+    looked for in `text` as written and after NFKC with format characters (U+200B ...)
+    and the Hangul fillers removed; case is ignored."""
+    normal = unicodedata.normalize("NFKC", text)
+    normal = " ".join(
+        "".join(
+            c for c in normal if c not in INVISIBLE_LETTERS and unicodedata.category(c) != "Cf"
+        ).split()
+    )
     for what, pattern in _PERSONAL_DATA:
-        if pattern.search(text):
+        if pattern.search(text) or pattern.search(normal):
             return what
     return None
 
@@ -307,6 +431,7 @@ def screen_free_text(raw: str | None, field: str) -> str | None:
         raise VocabularyError(
             f"{field} looks like it holds {found}, which would be published as written; "
             "keep only the self-declared answer (free text is screened for e-mail addresses, "
-            "URLs, phone numbers, street addresses and numbers longer than an age)"
+            "user names, URLs and domains, phone numbers, postcodes, street addresses and "
+            "numbers longer than an age, also in fullwidth or superscript characters)"
         )
     return text

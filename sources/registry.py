@@ -6,6 +6,14 @@ key) is a fatal problem that stops the build: a stray row may be a
 misspelled withdrawal, so it is never skipped. So is a consent row whose key
 is not a registered participant.
 
+Format and columns (`read_registry_table`): a registry is a CSV file, nothing else.
+JSON Lines and parquet, which the shared table reader takes for other inputs, are
+refused: a JSON key spelled otherwise (`Withdrawal_Date`) or left out, and a NaN
+cell, would read as a blank withdrawal date. The header must name the documented
+columns exactly (ethnicity is the one optional column); any other column, an
+unnamed one included, is fatal, naming it and the known columns, and a consent row
+holding a value in it counts as a row with no answers.
+
 Keys: every cell is stripped, so surrounding whitespace is not part of a key
 (` demo-p01 ` is `demo-p01`); otherwise keys are compared exactly. A key must be
 in Unicode normal form NFKC and made of letters, digits and `- _ . @ +` only
@@ -16,8 +24,14 @@ invisible characters, and Cyrillic or Greek letters that look like Latin ones,
 such as a Cyrillic `р` for `p`) is fatal, and the message names the registered key.
 
 No kindness: the only answers are `yes` and `no` (any case) or a blank cell; a
-date is YYYY-MM-DD or blank; a cell spelled like an export's empty value (`null`,
-`none`, `nan`, `n/a`, `-`, any case) is neither and is fatal, in every column.
+date is YYYY-MM-DD or blank; a cell that is neither a value nor truly empty is
+fatal, in every column (schemas/vocab.py `placeholder_in`): an export's empty value
+(`null`, `NA`, `#N/A`, `<NA>`, `NaT`, `n.a.`, `#NV`, `undefined`, `unknown`,
+`missing`, `(blank)`, ... in any case, width or spacing), a cell of invisible
+characters only (U+200B, U+2060, U+FEFF, the soft hyphen, a Hangul filler), a cell
+with no letter or digit (`—`, `---`, `?`, `.`, `_`), and in the free-text columns
+(consent_form_version, ethnicity) a zero, which is how a spreadsheet formula shows an
+empty cell. A key may be a number, `0` included.
 Demographics are checked against their vocabularies (gender, age group, mother
 tongue as a language tag or a known language name); the free-text ethnicity is
 screened for personal data (schemas/vocab.py `screen_free_text`). A participant
@@ -41,6 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import difflib
 import re
 import unicodedata
 from collections.abc import Collection, Mapping
@@ -49,10 +64,10 @@ from pathlib import Path
 
 from redvox.schemas import ConsentRecord, Participant
 from redvox.schemas.records import CONSENT_COLUMNS
-from redvox.schemas.vocab import PLACEHOLDERS
+from redvox.schemas.vocab import INVISIBLE_LETTERS, placeholder_in
 
 from .problems import Problem, ReadResult, validate_row
-from .tables import TableRow, read_table
+from .tables import FORMATS, TableRead, TableRow, read_table
 
 STOPS = "the build stops until it is fixed"
 # What the table reader says about a registry row it cannot read.
@@ -60,6 +75,15 @@ _PARTICIPANT_ROW = f"{STOPS} (a row that cannot be read is never skipped)"
 _CONSENT_ROW = f"{STOPS} (a consent row that cannot be read may be a withdrawal)"
 
 PARTICIPANT_COLUMNS = ("participant_key", "gender", "age_group", "mother_tongue", "languages")
+# The participants registry's one optional column; no other column is read, or allowed.
+OPTIONAL_PARTICIPANT_COLUMNS = ("ethnicity",)
+# The participants registry's columns in the README's order.
+PARTICIPANTS_FILE_COLUMNS = (*PARTICIPANT_COLUMNS[:4], "ethnicity", PARTICIPANT_COLUMNS[4])
+# Free-text columns, where a zero is a spreadsheet's empty cell and not a value.
+_ZERO_IS_EMPTY = frozenset({"consent_form_version", "ethnicity"})
+# The one format of the private registries: every cell is text, the header names every
+# column (JSON Lines drops a misspelled or missing key, parquet has typed NaN cells).
+REGISTRY_EXTENSION = ".csv"
 # The README documents yes and no; `y`, `true`, `1` and the like are refused, not guessed.
 _ANSWERS = {"yes": True, "no": False}
 KEY_PUNCTUATION = "-_.@+"
@@ -86,7 +110,7 @@ _CONFUSABLES = str.maketrans(
 )  # fmt: skip
 # Format characters (U+200B, U+200C, U+200D, U+2060, U+FEFF, ...) and the Hangul fillers
 # are invisible: folding drops them.
-_INVISIBLE_LETTERS = frozenset("\u115f\u1160\u3164\uffa0")
+_INVISIBLE_LETTERS = INVISIBLE_LETTERS
 _KEY_CATEGORIES = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nd"})  # letters, decimal digits
 _LANGUAGE_SEPARATORS = re.compile(r"[;,]")
 
@@ -110,8 +134,12 @@ class ParticipantsResult(ReadResult[Participant]):
 def read_participants(path: str | Path) -> ParticipantsResult:
     """Every registered participant; any row problem is fatal (see the module docstring)."""
     file = str(path)
-    table = read_table(
-        path, PARTICIPANT_COLUMNS, what="participants registry", fail_closed=_PARTICIPANT_ROW
+    table = read_registry_table(
+        path,
+        PARTICIPANTS_FILE_COLUMNS,
+        optional=OPTIONAL_PARTICIPANT_COLUMNS,
+        what="participants registry",
+        fail_closed=_PARTICIPANT_ROW,
     )
     result = ParticipantsResult([], list(table.problems), table.lines)
     refused: dict[str, RefusedParticipant] = {}
@@ -119,7 +147,8 @@ def read_participants(path: str | Path) -> ParticipantsResult:
         _remember(refused, row, file, [p for p in table.problems if p.row == row.line])
     first_line: dict[str, tuple[str, int]] = {}  # folded key -> (key, line)
     for row in table.records:
-        problems = _placeholders(row, file, "") + _key_problems(row, file, "")
+        problems = _placeholders(row, file, "", PARTICIPANTS_FILE_COLUMNS)
+        problems += _key_problems(row, file, "")
         participant = None
         if not problems:
             participant, problems = validate_row(
@@ -164,20 +193,81 @@ def _remember(
     refused[key] = RefusedParticipant(file, row.line, reason)
 
 
-def _placeholders(row: TableRow, file: str, consequence: str) -> list[Problem]:
-    """Fatal problems for cells spelled like an export's empty value (`null`, `nan`...)."""
-    return [
-        Problem(
-            file,
-            row.line,
-            column,
-            f"{value!r} is how some exports write an empty cell, and is neither a value nor "
-            f"empty: leave the cell empty or write the value{consequence}",
-            fatal=True,
+def read_registry_table(
+    path: str | Path,
+    known: tuple[str, ...],
+    *,
+    optional: tuple[str, ...] = (),
+    what: str,
+    fail_closed: str,
+) -> TableRead:
+    """The rows of a private registry, read fail-closed: CSV only, every column of `known`
+    but the `optional` ones required, and any other column fatal, naming it and the known
+    columns (a column the reader does not know may hold a withdrawal, spelled otherwise)."""
+    path = Path(path)
+    file = str(path)
+    required = tuple(c for c in known if c not in optional)
+    suffix = path.suffix.lower()
+    if suffix != REGISTRY_EXTENSION and suffix in FORMATS:
+        # Read only for what it says about the file itself (not found, empty): none of
+        # its rows is used.
+        table = read_table(path, required, what=what, fail_closed=fail_closed)
+        message = (
+            f"the {what} must be a CSV file ({REGISTRY_EXTENSION}), not {suffix}: a private "
+            "registry is read as CSV only, where every cell is text and the header names "
+            f"every column; {STOPS}, export it as CSV"
         )
-        for column, value in row.cells.items()
-        if value is not None and value.casefold() in PLACEHOLDERS
+        problems = [p for p in table.problems if p.row is None]
+        return TableRead([], [Problem(file, None, None, message, fatal=True), *problems])
+    table = read_table(path, required, what=what, fail_closed=fail_closed)
+    unknown = [
+        Problem(file, table.header_line, column, _unknown_column(column, known, what), True)
+        for column in dict.fromkeys(table.columns)
+        if column not in known
     ]
+    table.problems[:0] = unknown
+    return table
+
+
+def _unknown_column(column: str, known: tuple[str, ...], what: str) -> str:
+    if column:
+        odd = dict.fromkeys(
+            c for c in column if unicodedata.category(c)[0] not in "LN" and c not in "_- "
+        )
+        holds = f" (it holds {', '.join(map(_describe_char, odd))})" if odd else ""
+        name = f"unknown column {column!r}{holds}"
+    else:
+        name = "unknown column '' (an empty header cell, e.g. after a trailing comma)"
+    forms = {_column_form(k): k for k in known}
+    near = difflib.get_close_matches(_column_form(column), list(forms), 1)
+    hint = f" (did you mean {forms[near[0]]!r}?)" if near else ""
+    return (
+        f"{name}{hint}; a {what} has only the columns {', '.join(known)}, spelled exactly, "
+        f"and a column the reader does not know may hold a withdrawal: {STOPS}, rename or "
+        "remove it"
+    )
+
+
+def _column_form(name: str) -> str:
+    return "".join(c for c in unicodedata.normalize("NFKC", name).casefold() if c.isalnum())
+
+
+def _placeholders(
+    row: TableRow, file: str, consequence: str, columns: tuple[str, ...]
+) -> list[Problem]:
+    """Fatal problems for cells that are neither a value nor truly empty: an export's
+    empty value (`null`, `#N/A`, `NaT`...), a cell of invisible characters only, one of
+    no letter or digit (`—`, `?`), a zero in a free-text column (`placeholder_in`).
+    Only the registry's `columns` are looked at: any other is fatal already."""
+    problems = []
+    for column, value in row.cells.items():
+        if value is None or column not in columns:
+            continue
+        reason = placeholder_in(value, zero=column in _ZERO_IS_EMPTY)
+        if reason is not None:
+            message = f"{reason}: leave the cell empty or write the value{consequence}"
+            problems.append(Problem(file, row.line, column, message, fatal=True))
+    return problems
 
 
 def _key_problems(row: TableRow, file: str, consequence: str) -> list[Problem]:
@@ -260,15 +350,16 @@ def parse_answer(raw: str | None) -> bool | None:
         raise ValueError(f"{raw!r} is not an answer; write yes, no or leave it blank") from None
 
 
-_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_DATE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}")
 
 
 def parse_date(raw: str | None) -> dt.date | None:
-    """A date written YYYY-MM-DD; blank is None."""
+    """A date written YYYY-MM-DD (ASCII digits, nothing else: not 20260315 nor 2026-W11-1,
+    which `date.fromisoformat` also takes); blank is None."""
     if raw is None:
         return None
     try:
-        if not _DATE.match(raw):
+        if not _DATE.fullmatch(raw):
             raise ValueError(raw)
         return dt.date.fromisoformat(raw)
     except ValueError:
@@ -332,14 +423,21 @@ def read_consent(
     by key) lets the message name the registry row to fix.
     """
     file = str(path)
-    table = read_table(path, CONSENT_COLUMNS, what="consent registry", fail_closed=_CONSENT_ROW)
+    table = read_registry_table(
+        path, CONSENT_COLUMNS, what="consent registry", fail_closed=_CONSENT_ROW
+    )
     result = ReadResult[ConsentRecord]([], list(table.problems), table.lines)
+    unknown = [c for c in table.columns if c not in CONSENT_COLUMNS]
     rows: list[tuple[int, ConsentRecord]] = []
     reported: set[int] = set()  # lines whose key is already named by a problem
     for row in table.records:
         record, problems = _consent_record(row, file)
         result.problems.extend(problems)
         reported |= {p.row for p in problems if p.field == "participant_key"}
+        if record is not None and any(row.cells.get(c) for c in unknown):
+            # A value in a column the reader does not know (fatal above) may be a
+            # withdrawal: the row counts as one with no answers.
+            record = _no_answers(record.participant_key)
         if record is not None:
             rows.append((row.line, record))
     for row in table.rejected:  # already reported by the table reader
@@ -412,7 +510,8 @@ def _consent_record(row: TableRow, file: str) -> tuple[ConsentRecord | None, lis
         message = f"empty; the row cannot be attached to anyone, {STOPS}: fill it in"
         return None, [Problem(file, row.line, "participant_key", message, fatal=True)]
     consequence = f"; {STOPS}, and until then the participant counts as without clear consent"
-    problems = _placeholders(row, file, consequence) + _key_problems(row, file, consequence)
+    problems = _placeholders(row, file, consequence, CONSENT_COLUMNS)
+    problems += _key_problems(row, file, consequence)
     placeholder_fields = {p.field for p in problems}
     parsers = {
         "participation_consent": parse_answer,

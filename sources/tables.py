@@ -200,6 +200,10 @@ class TableRead(ReadResult[TableRow]):
     (each named by a problem), with whatever cells could be made out of them."""
 
     rejected: list[TableRow] = dataclasses.field(default_factory=list)
+    # the header as readers name its columns (`header` applied), and its line; empty and
+    # None when the file could not be read that far
+    columns: list[str] = dataclasses.field(default_factory=list)
+    header_line: int | None = None
 
 
 @dataclass
@@ -242,11 +246,11 @@ def _check_columns(
         message = f"required column is missing; the file has: {', '.join(names) or 'no columns'}"
         problems.append(Problem(file, raw.header_line, column, message, fatal=True))
     if missing:
-        return TableRead([], problems)
+        return TableRead([], problems, columns=names, header_line=raw.header_line)
     problems += raw.problems
     if not raw.data_lines:
         problems.append(Problem(file, None, None, "has no data rows; export it again", True))
-        return TableRead([], problems)
+        return TableRead([], problems, columns=names, header_line=raw.header_line)
 
     literal = fail_closed is not None
 
@@ -262,6 +266,8 @@ def _check_columns(
         problems,
         LineCount(len(raw.data_lines), len(rows), spanned),
         [row(line, cells) for line, cells in raw.rejected],
+        names,
+        raw.header_line,
     )
 
 

@@ -26,7 +26,16 @@ PARTICIPANTS = "participant_key,gender,age_group,mother_tongue,languages\n" + ""
 YES = {"yes", "Yes", "YES"}
 # Answers the README does not document, and how exports spell an empty cell: refused.
 UNKNOWN_ANSWERS = ["Y", "1", "TRUE", "n", "0", "maybe"]
-EMPTY_SPELLINGS = ["null", "None", "NaN", "-", "n/a"]
+EMPTY_SPELLINGS = [
+    "null", "None", "NaN", "-", "n/a", "NA", "#N/A", "<NA>", "NaT", "n.a.", "#NV", "undefined",
+    "unknown", "(blank)", "\u2014", "?", "\u200b", "\u2060\ufeff", "\u00ad", "\u3164",
+]  # fmt: skip
+# Form versions: real ones, and placeholders that must not count as a version.
+VERSIONS = ["v1.0", "v1,1", "1", "2024-03", ""]
+VERSION_PLACEHOLDERS = ["null", "NA", "#N/A", "0", "\u2014", "---", "\u200b", "unknown"]
+# A column the reader does not know, in the header of some registries; a row may hold a
+# value in it (a withdrawal written there).
+EXTRA_COLUMNS = ["withdrawn_on", "Withdrawal_Date", "withdrawal date", ""]
 
 # How the key is written, and whether it then is the registered key exactly.
 SPELLINGS = {
@@ -67,11 +76,14 @@ class Row:
     version: str
     quoted: tuple[bool, ...]
     corruption: str | None
+    note: str = ""  # its cell in the extra column, when the registry has one
 
-    def line(self) -> str:
+    def line(self, extra: bool = False) -> str:
         spell, _ = SPELLINGS[self.spelling]
         cells = [spell(self.key), self.participation, self.public, self.withdrawal, self.version]
         cells = [f'"{c}"' if q else c for c, q in zip(cells, self.quoted, strict=True)]
+        if extra:
+            cells.append(self.note)
         if self.corruption == KEY_DAMAGE:
             cells[0] = cells[0][:3] + '"' + cells[0][3:]
         elif self.corruption:
@@ -92,13 +104,13 @@ class Row:
             and self.participation in YES | {"no", ""}
             and self.public in YES | {"no", ""}
             and self.withdrawal in ("", "2026-03-15")
-            and self.version != "null"
+            and self.version not in VERSION_PLACEHOLDERS
         )
 
-    @property
-    def affirmative(self) -> bool:
+    def affirmative(self, extra: bool = False) -> bool:
         return (
             self.readable
+            and not (extra and self.note)
             and self.participation in YES
             and self.public in YES
             and not self.withdrawal
@@ -113,9 +125,10 @@ rows = st.builds(
     participation=st.sampled_from([*YES, "no", "", *UNKNOWN_ANSWERS, *EMPTY_SPELLINGS]),
     public=st.sampled_from([*YES, "no", "", *UNKNOWN_ANSWERS, *EMPTY_SPELLINGS]),
     withdrawal=st.sampled_from(["", "", "2026-03-15", "15/03/2026", "20260315", *EMPTY_SPELLINGS]),
-    version=st.sampled_from(["v1.0", "v1,1", "", "null"]),
+    version=st.sampled_from([*VERSIONS, *VERSION_PLACEHOLDERS]),
     quoted=st.tuples(*[st.booleans()] * 4, st.just(True)),  # "v1,1" needs its quotes
     corruption=st.one_of(st.none(), st.none(), st.sampled_from([*STRUCTURAL, KEY_DAMAGE])),
+    note=st.sampled_from(["", "", "2026-03-15"]),
 )
 # Clear "yes" rows for some participants, plus a few random rows (often corrupted)
 # that must take them out of the public set: a corruption that hits a participant
@@ -127,9 +140,10 @@ affirmative = st.builds(
     participation=st.sampled_from(sorted(YES)),
     public=st.sampled_from(sorted(YES)),
     withdrawal=st.just(""),
-    version=st.sampled_from(["v1.0", "v1,1"]),
+    version=st.sampled_from(["v1.0", "v1,1", "1", "2024-03"]),
     quoted=st.tuples(*[st.booleans()] * 4, st.just(True)),
     corruption=st.none(),
+    note=st.sampled_from(["", "", "2026-03-15"]),
 )
 registries = st.tuples(
     st.lists(affirmative, max_size=6), st.lists(rows, max_size=4), st.randoms()
@@ -144,16 +158,18 @@ registries = registries.filter(bool)  # an empty registry is fatal on its own
     crlf=st.booleans(),
     blank_lines=st.sets(st.integers(0, 10), max_size=2),
     trailing=st.sampled_from(["", "\n", "\n\n  \n"]),
+    extra_column=st.one_of(st.none(), st.none(), st.none(), st.sampled_from(EXTRA_COLUMNS)),
 )
 def test_corrupted_registries_stop_the_build_or_admit_only_clear_consent(
-    tmp_path_factory, registry, bom, crlf, blank_lines, trailing
+    tmp_path_factory, registry, bom, crlf, blank_lines, trailing, extra_column
 ):
     folder = tmp_path_factory.mktemp("registry")
-    lines = [CONSENT_HEADER]
+    extra = extra_column is not None
+    lines = [CONSENT_HEADER + (f",{extra_column}" if extra else "")]
     for index, row in enumerate(registry):
         if index in blank_lines:
             lines.append("")
-        lines.append(row.line())
+        lines.append(row.line(extra))
     text = "\n".join(lines) + "\n" + trailing
     if crlf:
         text = text.replace("\n", "\r\n")
@@ -171,8 +187,9 @@ def test_corrupted_registries_stop_the_build_or_admit_only_clear_consent(
         by_key.setdefault(record.participant_key, []).append(record)
     public = admitted_keys(consent_states(registered, by_key), "public")
 
-    # Fail closed, exactly: fatal if and only if some row cannot be read exactly.
-    assert consent.fatal == (not all(row.readable for row in registry)), consent.problems
+    # Fail closed, exactly: fatal if and only if some row cannot be read exactly, or the
+    # header has a column the reader does not know.
+    assert consent.fatal == (extra or not all(row.readable for row in registry)), consent.problems
     assert all(p.fatal for p in consent.problems)
     # Nothing lost: every data line is counted, and each one not read is a problem.
     assert consent.lines.lines == len(registry)
@@ -184,13 +201,13 @@ def test_corrupted_registries_stop_the_build_or_admit_only_clear_consent(
     # non-affirmative or unreadable row whose key can be made out is not public.
     for key in REGISTERED:
         theirs = [r for r in registry if r.key == key and r.corruption != KEY_DAMAGE]
-        if any(not r.affirmative for r in theirs):
+        if any(not r.affirmative(extra) for r in theirs):
             assert key not in public, (key, theirs)
     if not consent.fatal:
         clear = {
             key
             for key in REGISTERED
             if (theirs := [r for r in registry if r.key == key])
-            and all(r.affirmative for r in theirs)
+            and all(r.affirmative(extra) for r in theirs)
         }
         assert public == clear

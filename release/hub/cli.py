@@ -4,7 +4,6 @@ or a dry-run listing when there is no token or no repo id."""
 
 from __future__ import annotations
 
-import datetime as dt
 import functools
 import os
 import sys
@@ -39,15 +38,16 @@ def _fail(message: str) -> None:
 
 def _iso_date(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
     """A calendar date written YYYY-MM-DD, as the consent registry stores it."""
+    from redvox.sources.registry import parse_date
+
     if value is None:
         return None
-    try:
-        date = dt.date.fromisoformat(value)
+    try:  # the registry's own parser: fromisoformat also takes 20260315 and 2026-W11-1
+        return parse_date(value).isoformat()
     except ValueError:
-        date = None
-    if date is None or len(value) != len("2026-03-15"):  # fromisoformat also takes 20260315
-        raise click.BadParameter(f"{value!r} is not a date written YYYY-MM-DD, e.g. 2026-03-15")
-    return date.isoformat()
+        raise click.BadParameter(
+            f"{value!r} is not a date written YYYY-MM-DD, e.g. 2026-03-15"
+        ) from None
 
 
 def _build_manifest(folder: Path) -> BuildManifest:

@@ -7,20 +7,27 @@ declared configuration, and prints the declaration to paste. The registry
 is backed up (timestamped copy beside it) before it is changed, and changed only
 after everything the withdrawal needs has been read (the registries through the
 build's fail-closed reader first), atomically: a refusal leaves it byte-identical.
+Only the bytes of the participant's withdrawal_date cells change; the new content
+is read back through the same reader before it is written, and the registry's mode,
+owner and group are kept (`record_withdrawal`).
 """
 
 from __future__ import annotations
 
 import codecs
-import csv
+import contextlib
 import datetime as dt
 import io
+import itertools
+import os
 import pprint
-import shutil
+import stat
+import tempfile
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pyarrow.parquet as pq
 
@@ -28,6 +35,10 @@ from redvox.builder.versions import DatasetVersion, get_version
 from redvox.schemas import InputConfig
 from redvox.schemas.errors import UserError
 from redvox.schemas.layout import is_shard_file, shard_paths
+
+if TYPE_CHECKING:
+    from redvox.schemas import ConsentRecord
+    from redvox.sources.problems import Problem
 
 PURGE_EXPLANATION = """\
 Purging them from the Hub history: a new commit that drops their rows does not
@@ -94,32 +105,73 @@ def record_withdrawal(
     consent_csv: Path, participant_key: str, date: dt.date, known: set[str]
 ) -> Path:
     """Set the withdrawal date on every registry row of the participant (adding a row
-    when they have none), after a timestamped backup copy. Returns the backup.
+    when they have none), after a backup copy. Returns the backup.
 
     The registry is first read whole through the build's fail-closed reader: a row it
     would refuse stops the withdrawal, naming the line, before anything is written.
-    Only the participant's lines change (every other byte is kept), and the new file
-    replaces the old one atomically, so a failure leaves the registry as it was."""
-    from redvox.builder.write import atomic_write_bytes
-    from redvox.sources.registry import fold_key, read_consent
+    Lines are split and cells found exactly as that reader does, and only the bytes of
+    the participant's withdrawal_date cells change. The new content is then read back
+    with the same reader: unless it reads as the old registry with only this
+    withdrawal added, nothing is written. The backup and the new file keep the
+    registry's mode (and its owner and group where the user may set them), and the
+    new file replaces the old one atomically: a failure leaves the registry as it was.
+    """
+    from redvox.sources.registry import read_consent
 
     consent_csv = Path(consent_csv)
-    problem = next((p for p in read_consent(consent_csv).problems if p.fatal), None)
+    before = read_consent(consent_csv)
+    problem = next((p for p in before.problems if p.fatal), None)
     if problem is not None:
-        raise WithdrawalError(
-            f"{problem}; the withdrawal was not recorded and {consent_csv.name} is unchanged: "
-            "fix that row first"
-        )
-    data = consent_csv.read_bytes()
-    bom = data.startswith(codecs.BOM_UTF8)
-    lines = data.decode("utf-8-sig").splitlines(keepends=True)
-    header_at = next(i for i, line in enumerate(lines) if line.strip())
-    header = [c.strip() for c in _cells(lines[header_at])]
-    key_at, date_at = header.index("participant_key"), header.index("withdrawal_date")
-    mine = []
-    for i in range(header_at + 1, len(lines)):
-        if lines[i].strip() and _cells(lines[i])[key_at].strip() == participant_key:
-            mine.append(i)
+        raise WithdrawalError(f"{problem}; {_UNCHANGED.format(consent_csv.name)}: {_fix(problem)}")
+    target = Path(os.path.realpath(consent_csv))  # a link keeps pointing at the registry
+    data = target.read_bytes()
+    new, changed, added = _with_withdrawal(consent_csv, data, participant_key, date, known)
+    _check_reads_back(consent_csv, before.records, new, participant_key, date, changed, added)
+    info = target.stat()
+    backup = _backup(target, data, info)
+    if new != data:
+        try:
+            _replace(target, new, info)
+        except OSError as exc:
+            raise WithdrawalError(
+                f"{consent_csv}: cannot be replaced ({exc.strerror}); "
+                f"{_UNCHANGED.format(consent_csv.name)} (backup: {backup.name})"
+            ) from None
+    return backup
+
+
+_UNCHANGED = "the withdrawal was not recorded and {} is unchanged"
+
+
+def _fix(problem: Problem) -> str:
+    return "fix that row first" if problem.row is not None else "fix that first"
+
+
+def _with_withdrawal(
+    consent_csv: Path, data: bytes, participant_key: str, date: dt.date, known: set[str]
+) -> tuple[bytes, list[int], bool]:
+    """The registry's bytes with the withdrawal, the lines changed, and whether a row was
+    added. `data` was read by the fail-closed reader without a problem."""
+    from redvox.sources.registry import fold_key, key_problem, parse_date
+    from redvox.sources.tables import cell_text, collapse_whitespace, split_csv_line
+
+    bom = codecs.BOM_UTF8 if data.startswith(codecs.BOM_UTF8) else b""
+    # The reader's physical lines: LF, CRLF or CR end a line, nothing else does (unlike
+    # str.splitlines, which also splits at \x1c, \x85, U+2028 and others).
+    lines = io.StringIO(data[len(bom) :].decode("utf-8"), newline="").readlines()
+    rows = []  # (index into lines, cells) of each non-blank line, the header first
+    for i, line in enumerate(lines):
+        cells, error = split_csv_line(_content(line))
+        if error is not None or any(c.strip() for c in cells):
+            rows.append((i, cells))
+    (_, header), records = rows[0], rows[1:]
+    names = [collapse_whitespace(c) for c in header]
+    key_at, date_at = names.index("participant_key"), names.index("withdrawal_date")
+    mine = [
+        (i, cells)
+        for i, cells in records
+        if cell_text(cells[key_at], literal=True) == participant_key
+    ]
     if not mine and participant_key not in known:
         registered = {fold_key(k): k for k in known}
         near = registered.get(fold_key(participant_key))
@@ -128,37 +180,194 @@ def record_withdrawal(
             f"{consent_csv}: no participant {participant_key!r} in the consent or participants "
             f"registry{hint}; check the key (it is the private collection key, not the user_id)"
         )
-    ending = lines[header_at][len(lines[header_at].rstrip("\r\n")) :] or "\n"
-    for i in mine:
-        cells = _cells(lines[i])
-        current = cells[date_at].strip()
-        if not current or current > date.isoformat():
-            cells[date_at] = date.isoformat()
-            end = lines[i][len(lines[i].rstrip("\r\n")) :]
-            lines[i] = _line(cells, end)
+    changed = []
+    for i, cells in mine:
+        current = parse_date(cell_text(cells[date_at], literal=True))
+        if current is None or current > date:
+            content = _content(lines[i])
+            lines[i] = _set_cell(content, date_at, date.isoformat()) + lines[i][len(content) :]
+            changed.append(i + 1)
     if not mine:
-        if lines and not lines[-1].endswith(("\n", "\r")):
+        problem = key_problem(participant_key)
+        if problem is not None:  # a registered key never has one: defence in depth
+            raise WithdrawalError(
+                f"{consent_csv}: {problem}; {_UNCHANGED.format(consent_csv.name)}"
+            )
+        header_line = lines[rows[0][0]]
+        ending = header_line[len(_content(header_line)) :] or "\n"
+        if not lines[-1].endswith(("\n", "\r")):
             lines[-1] += ending
         cells = [""] * len(header)
         cells[key_at], cells[date_at] = participant_key, date.isoformat()
-        lines.append(_line(cells, ending))
+        lines.append(",".join(cells) + ending)
+    return bom + "".join(lines).encode("utf-8"), changed, not mine
+
+
+def _content(line: str) -> str:
+    """A physical line without its line end."""
+    return line.rstrip("\r\n")
+
+
+def _set_cell(line: str, index: int, value: str) -> str:
+    """`line` (one CSV record the reader accepted) with the text of its cell `index`
+    replaced by `value`, every other character kept: a comma separates two cells where
+    the reader's own splitter finds the line before it well-formed."""
+    from redvox.sources.tables import split_csv_line
+
+    commas = [n for n, c in enumerate(line) if c == "," and split_csv_line(line[:n])[1] is None]
+    bounds = [-1, *commas, len(line)]
+    return line[: bounds[index] + 1] + value + line[bounds[index + 1] :]
+
+
+def _check_reads_back(
+    consent_csv: Path,
+    records: list[ConsentRecord],
+    new: bytes,
+    participant_key: str,
+    date: dt.date,
+    changed: list[int],
+    added: bool,
+) -> None:
+    """Refuse unless `new`, read by the build's reader, is `records` with the withdrawal
+    date set on the participant's rows that had none or a later one (and their row
+    added when they had none), every other row reading exactly as before."""
+    from redvox.schemas import ConsentRecord
+    from redvox.sources.registry import read_consent
+
+    expected = [
+        r.model_copy(update={"withdrawal_date": date})
+        if r.participant_key == participant_key
+        and (r.withdrawal_date is None or r.withdrawal_date > date)
+        else r
+        for r in records
+    ]
+    if added:
+        expected.append(
+            ConsentRecord(
+                participant_key=participant_key,
+                participation_consent=None,
+                public_release_consent=None,
+                withdrawal_date=date,
+            )
+        )
+    with tempfile.TemporaryDirectory(prefix="redvox-withdraw-") as folder:
+        path = Path(folder) / consent_csv.name
+        _write_new(path, new)
+        after = read_consent(path)
+    problem = next((p for p in after.problems if p.fatal), None)
+    where, why = None, None
+    if problem is not None:
+        where, why = problem.row, f"the build's reader would refuse it: {problem.message}"
+    elif after.records != expected:
+        index = next(
+            (n for n, (a, b) in enumerate(zip(after.records, expected, strict=False)) if a != b),
+            min(len(after.records), len(expected)),
+        )
+        where, why = _record_line(new, index), "a row would read otherwise than intended"
+    if why is None:
+        return
+    line = f":{where}" if where else ""
+    changes = ", ".join(map(str, changed)) or "none"
+    raise WithdrawalError(
+        f"{consent_csv}{line}: the registry with the withdrawal of {participant_key!r} would "
+        f"not read back as written ({why}; lines changed: {changes}"
+        f"{', a row added' if added else ''}); {_UNCHANGED.format(consent_csv.name)}: "
+        f"record the withdrawal by hand and run `redvox sources check`"
+    )
+
+
+def _record_line(data: bytes, index: int) -> int | None:
+    """The line number of the `index`-th row (0: the first after the header) of a CSV
+    registry, None past its end."""
+    from redvox.sources.tables import split_csv_line
+
+    text = data.decode("utf-8-sig", errors="replace")
+    lines = io.StringIO(text, newline="").readlines()
+    numbers = [
+        n
+        for n, line in enumerate(lines, 1)
+        if (split := split_csv_line(_content(line)))[1] is not None
+        or any(c.strip() for c in split[0])
+    ]
+    return numbers[index + 1] if index + 1 < len(numbers) else None
+
+
+def _write_new(path: Path, data: bytes) -> None:
+    """Write a new private file (mode 0600 whatever the umask)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
+
+
+def _backup(path: Path, data: bytes, info: os.stat_result) -> Path:
+    """A timestamped copy of `data` beside `path`, with `path`'s mode, owner and group
+    (never readable by more people than the registry, not even for an instant)."""
     stamp = dt.datetime.now().strftime("%Y%m%dT%H%M%S")
-    backup = consent_csv.with_name(f"{consent_csv.name}.{stamp}.bak")
-    shutil.copy2(consent_csv, backup)
-    text = "".join(lines).encode("utf-8")
-    atomic_write_bytes(consent_csv, (codecs.BOM_UTF8 if bom else b"") + text)
+    for n in itertools.count():
+        backup = path.with_name(f"{path.name}.{stamp}{f'.{n}' if n else ''}.bak")
+        try:
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # two withdrawals in one second: keep both backups
+            continue
+        except OSError as exc:
+            raise WithdrawalError(
+                f"{backup}: the backup cannot be written ({exc.strerror}); "
+                f"{_UNCHANGED.format(path.name)}"
+            ) from None
+        break
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _keep_owner_and_mode(handle.fileno(), info)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        backup.unlink(missing_ok=True)
+        raise
     return backup
 
 
-def _cells(line: str) -> list[str]:
-    """The cells of one registry line (the fail-closed reader accepted it as one record)."""
-    return next(csv.reader([line.rstrip("\r\n")]))
+def _replace(path: Path, data: bytes, info: os.stat_result) -> None:
+    """Replace `path` by `data` atomically; the new file has `info`'s mode (and owner and
+    group where possible) before it holds a byte: a private registry never becomes
+    readable by others, whatever the umask."""
+    fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            _keep_owner_and_mode(handle.fileno(), info)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    try:
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
 
 
-def _line(cells: list[str], ending: str) -> str:
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator=ending).writerow(cells)
-    return buffer.getvalue()
+def _keep_owner_and_mode(fd: int, info: os.stat_result) -> None:
+    """Give the open file `fd` the owner, group and permission bits of `info`. Without
+    the right to set the owner, the group is kept if the user is in it; a group that
+    cannot be kept gets no permissions (they were meant for another group)."""
+    try:
+        os.fchown(fd, info.st_uid, info.st_gid)
+    except PermissionError:
+        with contextlib.suppress(PermissionError):
+            os.fchown(fd, -1, info.st_gid)
+    mode = stat.S_IMODE(info.st_mode)
+    if os.fstat(fd).st_gid != info.st_gid:
+        mode &= ~stat.S_IRWXG
+    os.fchmod(fd, mode)
 
 
 def local_holdings(out: Path, user_id: str) -> list[Holding]:
@@ -227,15 +436,17 @@ def withdraw_participant(
 
 
 def _withdrawal_date(value: str | None) -> dt.date:
+    """The date of `--date`: YYYY-MM-DD exactly (as the registry stores it), today without."""
+    from redvox.sources.registry import parse_date
+
     if not value:
         return dt.date.today()
     try:
-        date = dt.date.fromisoformat(value)
+        return parse_date(value)
     except ValueError:
-        date = None
-    if date is None or len(value) != len("2026-03-15"):
-        raise WithdrawalError(f"withdrawal date {value!r}: write it YYYY-MM-DD, e.g. 2026-03-15")
-    return date
+        raise WithdrawalError(
+            f"withdrawal date {value!r}: write it YYYY-MM-DD, e.g. 2026-03-15"
+        ) from None
 
 
 def _withdraw_locked(
@@ -262,7 +473,7 @@ def _withdraw_locked(
     if problem is not None:
         raise WithdrawalError(
             f"{problem}; the withdrawal was not recorded and the registries are unchanged: "
-            "fix that row first"
+            f"{_fix(problem)}"
         )
     known = {p.participant_key for p in registries.participants.records}
     user_id = pseudonymize(load_pseudonym_key(config.pseudonym_key_file), participant_key)

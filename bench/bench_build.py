@@ -173,10 +173,15 @@ def run_check_parts(config: Path) -> dict:
         )
         for audio in samples:
             audio = np.zeros(0, np.float32) if audio is None else audio
-            plain = timed("fingerprint_plain", lambda audio=audio: fp._peaks(audio, 1.0))
+            plain = timed(
+                "fingerprint_plain",
+                lambda audio=audio: fp._peaks(audio, 1.0, fp.peak_floor(audio)),
+            )
             faster = timed(
                 "fingerprint_faster",
-                lambda audio=audio: tuple(fp._peaks(audio, s) for s in fp.FASTER),
+                lambda audio=audio: tuple(
+                    fp._peaks(audio, s, fp.peak_floor(audio)) for s in fp.FASTER
+                ),
             )
             prints.append(fp.Fingerprint(*plain, faster))
     owners = [r["participant_key"] for r in rows]

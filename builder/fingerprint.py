@@ -31,7 +31,9 @@ HOP = 128  # 8 ms; a peak's time is refined between frames (SUB)
 LOW_BIN, HIGH_BIN = 6, 128  # 190 Hz - 4 kHz, where speech outlasts added noise
 PEAK_T, PEAK_F = 10, 8  # a peak is the loudest of +-80 ms x +-250 Hz around it
 RANGE_DB = 15.0  # ... and within this of the loudest peak of those 160 ms
-FLOOR_DB = -90.0  # relative to a full-scale sine: digital silence has no peaks
+# Relative to a sine at the recording's own peak level: digital silence has no peaks,
+# and a recording exported 70 dB too quiet keeps the peaks of its loud copy.
+FLOOR_DB = -90.0
 BLOCK = 4096  # frames of the spectrogram held at once (33 s): memory stays flat
 SUB = 8  # peaks are stored in 1/8 of a frame and of a bin (parabolic refinement)
 FAN = 10  # each peak is paired with the next FAN peaks ...
@@ -50,7 +52,8 @@ DF_MAX = 63  # ... and at most 63 bins higher or lower
 FASTER = (2.0, 1.5)
 # Bumped when the fingerprint changes, so cached fingerprints are recomputed.
 # v2: the fingerprints played FASTER follow the plain one. v3: a hop of 8 ms, not 4.
-FINGERPRINT_FORMAT = "landmarks-v3"
+# v4: the floor is relative to the recording's peak, not to full scale.
+FINGERPRINT_FORMAT = "landmarks-v4"
 
 
 @dataclass(frozen=True)
@@ -158,10 +161,19 @@ def fingerprint(samples: np.ndarray) -> Fingerprint:
     """The peaks of mono 16 kHz float samples, and those of the samples played each
     speed of FASTER times as fast."""
     samples = np.ascontiguousarray(samples, dtype=np.float32)
-    return Fingerprint(*_peaks(samples, 1.0), tuple(_peaks(samples, s) for s in FASTER))
+    floor = peak_floor(samples)
+    plain = _peaks(samples, 1.0, floor)
+    return Fingerprint(*plain, tuple(_peaks(samples, s, floor) for s in FASTER))
 
 
-def _peaks(samples: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
+def peak_floor(samples: np.ndarray) -> np.float32:
+    """The power below which a bin holds no peak: FLOOR_DB under a sine at the samples'
+    peak level (found without a copy of a long recording)."""
+    peak = float(max(samples.max(), -samples.min())) if len(samples) else 0.0
+    return np.float32(10 ** (FLOOR_DB / 10) * peak**2)
+
+
+def _peaks(samples: np.ndarray, speed: float, floor: np.float32) -> tuple[np.ndarray, np.ndarray]:
     """(times, bins) of the peaks of the samples played `speed` times as fast, computed
     about BLOCK frames of the plain spectrogram at a time (with the neighbourhood of a
     peak as margin), so a 1-hour file costs a few MB beyond its samples. Peaks are found
@@ -170,7 +182,7 @@ def _peaks(samples: np.ndarray, speed: float) -> tuple[np.ndarray, np.ndarray]:
     size, hop = round(N_FFT * speed), round(HOP * speed)
     count = 1 + (len(samples) - size) // hop if len(samples) >= size else 0
     block = max(1, round(BLOCK / speed))
-    floor, within = np.float32(10 ** (FLOOR_DB / 10)), np.float32(10 ** (-RANGE_DB / 10))
+    within = np.float32(10 ** (-RANGE_DB / 10))
     times, bins = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)]
     for start in range(0, count, block):
         lo, hi = max(0, start - PEAK_T - 1), min(count, start + block + PEAK_T + 1)

@@ -403,6 +403,9 @@ class OtherAudio:
     path: Path
     sha256: str
     owner: str | None = None
+    # A file of the audio folder that no row names and neither its name nor its first
+    # bytes call audio: looked up when it decodes, and no recording when it does not.
+    optional: bool = False
 
 
 NOISE_BANK_OWNER = "\x00noise bank"  # no participant key is this: bank files never pair
@@ -412,15 +415,16 @@ def contribution_audio(
     config: InputConfig, rows: dict[int, dict[str, str | None]], skip: Set[int | None] = frozenset()
 ) -> list[OtherAudio]:
     """The audio file of every contributions line not in `skip`, whatever else is wrong
-    with the line, when its audio_file names a file inside the audio folder (a path that
-    leads elsewhere is the reader's problem, and nothing is read from it)."""
+    with the line, when its audio_file names a file: one that a link leads outside the
+    audio folder is refused by the reader, and still read here (never released, its
+    voice is looked for)."""
     root = Path(config.audio_root).resolve()
     found = []
     for line, cells in sorted(rows.items()):
         name = (cells.get("audio_file") or "").strip()
         if line in skip or not name:
             continue
-        path = _inside(root, root / name)
+        path = _file(root / name)
         if path is not None:
             owner = (cells.get("participant_key") or "").strip() or None
             where = f"{config.contributions} line {line} ({name})"
@@ -428,34 +432,49 @@ def contribution_audio(
     return found
 
 
-# What an audio file in the audio folder may be called, or begin with, to be looked at
-# as a recording (every container the readers decode: libsndfile's, and FFmpeg's).
+# What an audio file in the audio folder may be called, or begin with, to be taken
+# for a recording that must decode (every container the readers know by these; FFmpeg
+# reads more, and any other file is tried too).
 AUDIO_SUFFIXES = frozenset(
     ".wav .wave .flac .mp3 .ogg .oga .opus .m4a .mp4 .aac .webm .mka .mkv .mov .aif .aiff "
-    ".aifc .wma .amr .3gp .caf .wv .ape .ac3 .au .snd".split()
+    ".aifc .wma .amr .3gp .caf .wv .ape .ac3 .au .snd .w64 .rf64 .ts .m2ts .mpg .mpeg .mp2 "
+    ".flv .nut .tta .sph .voc .sf .paf .avr .sds .g722 .sox .spx .mpc .dts .eac3 .avi .wmv "
+    ".asf .ra .rm".split()
 )
-_AUDIO_MAGIC = (b"RIFF", b"RF64", b"fLaC", b"OggS", b"ID3", b"FORM", b"\x1aE\xdf\xa3", b"#!AMR")
-_AUDIO_MAGIC += (b"caff", b"wvpk", b"MAC ", b"\x30\x26\xb2\x75", b".snd")
+_AUDIO_MAGIC = (b"RIFF", b"RIFX", b"RF64", b"fLaC", b"OggS", b"ID3", b"FORM", b"#!AMR")
+_AUDIO_MAGIC += (b"\x1aE\xdf\xa3", b"caff", b"wvpk", b"MAC ", b"\x30\x26\xb2\x75", b".snd")
+_AUDIO_MAGIC += (b"riff", b"NIST_1A", b"Creative Voice", b"FLV", b"TTA1", b"\x0b\x77")
+# Files that operating systems leave beside others (macOS AppleDouble `._x.flac` and
+# .DS_Store, Windows Thumbs.db): metadata, never a recording.
+_METADATA_MAGIC = (b"\x00\x05\x16\x07", b"\x00\x00\x00\x01Bud1")
+_METADATA_NAMES = frozenset({"thumbs.db", "desktop.ini", ".ds_store"})
 
 
-def _may_be_audio(path: Path) -> bool:
-    """Whether a file's name or first bytes say it may hold audio (an MPEG frame or an
-    ADTS header begin with 11 set bits)."""
-    if path.suffix.lower() in AUDIO_SUFFIXES:
-        return True
+def _kind(path: Path) -> str | None:
+    """ "audio" when a file's name or first bytes say it holds audio (an MPEG frame or an
+    ADTS header begin with 11 set bits, MPEG-TS packets with 0x47), "metadata" for an
+    operating system's files, None for anything else."""
     with path.open("rb") as handle:
-        head = handle.read(12)
+        head = handle.read(189)
+    if path.name.lower() in _METADATA_NAMES or head.startswith(_METADATA_MAGIC):
+        return "metadata"
     mpeg = len(head) >= 2 and head[0] == 0xFF and head[1] & 0xE0 == 0xE0
-    return head.startswith(_AUDIO_MAGIC) or head[4:8] == b"ftyp" or mpeg
+    known = head.startswith(_AUDIO_MAGIC) or head[4:8] == b"ftyp" or mpeg
+    transport = len(head) > 188 and head[0] == head[188] == 0x47  # two MPEG-TS packets
+    if known or transport or path.suffix.lower() in AUDIO_SUFFIXES:
+        return "audio"
+    return None
 
 
 def unclaimed_audio(
     config: InputConfig, rows: dict[int, dict[str, str | None]]
 ) -> list[OtherAudio]:
-    """Every file of the audio folder that may hold audio and that no contributions row
-    in `rows` leads to (by path, link or hard link): a recording whose row is missing
-    or could not be read (a line the table reader rejected), whose consent therefore
-    cannot be established. Links that lead outside the folder are not in it."""
+    """Every file of the audio folder that no contributions row in `rows` leads to (by
+    path, link or hard link): a recording whose row is missing or could not be read (a
+    line the table reader rejected), whose consent therefore cannot be established.
+    Empty files and an operating system's metadata files are left out; a file that is
+    not audio by its name or first bytes is `optional` (no recording unless it
+    decodes). Links that lead outside the folder are not in it."""
     root = Path(config.audio_root).resolve()
     claimed: set[tuple[int, int]] = set()
     for cells in rows.values():
@@ -479,11 +498,14 @@ def unclaimed_audio(
                 continue
             try:
                 identity = _identity(path)
-                if identity in claimed or not _may_be_audio(path):
+                if identity in claimed or path.stat().st_size == 0:
                     continue
                 claimed.add(identity)  # one file, however many links lead to it
+                kind = _kind(path)
+                if kind == "metadata":
+                    continue
                 where = f"{path} (in audio_root, named by no readable contributions row)"
-                found.append(OtherAudio(where, path, sha256_file(path)))
+                found.append(OtherAudio(where, path, sha256_file(path), optional=kind is None))
             except OSError as error:
                 refuse(error)
     return found
@@ -492,11 +514,18 @@ def unclaimed_audio(
 def _inside(root: Path, path: Path) -> Path | None:
     """The file `path` leads to, when it is one inside `root` (None for a link that
     leads outside, a link loop, a folder or nothing)."""
+    path = _file(path)
+    return path if path is not None and path.is_relative_to(root) else None
+
+
+def _file(path: Path) -> Path | None:
+    """The regular file `path` leads to (None for a link loop, a folder, a device or
+    nothing)."""
     try:
         path = path.resolve()
     except (OSError, RuntimeError):  # a loop of symbolic links
         return None
-    return path if path.is_relative_to(root) and path.is_file() else None
+    return path if path.is_file() else None
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -550,7 +579,9 @@ def exclude_shared_audio(
             return quarantine.reason if quarantine else "no fingerprint"
         return _decode_error(others[k - len(admitted)].path, limits)
 
-    _refuse_unreadable(prints, owners, where, cleared, why)
+    needed = [owner not in cleared for owner in owners[: len(admitted)]]
+    needed += [not o.optional and o.owner not in cleared for o in others]
+    _refuse_unreadable(prints, needed, where, why)
     prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
     owners += [NOISE_BANK_OWNER] * len(bank)
     pairs = matching_pairs(prints, owners)
@@ -580,23 +611,23 @@ def exclude_shared_audio(
 
 def _refuse_unreadable(
     prints: Sequence[Fingerprint | str | None],
-    owners: Sequence[str],
+    needed: Sequence[bool],
     where: Sequence[str],
-    cleared: Set[str],
     why: Callable[[int], str],
 ) -> None:
     """UnreadableVoiceError for the recordings without a fingerprint (they did not
-    decode: `why(k)` says why) whose participant is not in `cleared`."""
-    found = [k for k, p in enumerate(prints) if p is None and owners[k] not in cleared]
+    decode: `why(k)` says why) that `needed` one (their participant is not cleared)."""
+    found = [k for k, p in enumerate(prints) if p is None and needed[k]]
     if found:
         named = "; ".join(f"{where[k]} ({why(k)})" for k in found[:5])
         more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
         raise UnreadableVoiceError(
-            f"{len(found)} recording(s) cannot be decoded and belong to no participant who "
-            "consented to every set being built (or to an unknown one): a copy of them filed "
+            f"{len(found)} recording(s) cannot be decoded, and belong to someone not "
+            "admitted to every set being built (or to no one known): a copy of them filed "
             "under another participant or put in the noise bank could not be found, so "
             f"nothing is built: {named}{more}. Re-export each file (or raise audio_limits, "
-            "when it is over them) so that it decodes, or delete the recording and its row"
+            "when it is over them) so that it decodes, or delete it (and its row, if it has "
+            "one)"
         )
 
 
@@ -635,9 +666,9 @@ def check_noise_bank(
         _file_fingerprint(o.path, o.sha256, cache, limits) for o in contributions
     ]
     where = [o.where for o in [*contributions, *bank]]
-    owners = [o.owner or f"\x00{o.where}" for o in contributions]
+    needed = [not o.optional and o.owner not in cleared for o in contributions]
     _refuse_unreadable(
-        prints, owners, where, cleared, lambda k: _decode_error(contributions[k].path, limits)
+        prints, needed, where, lambda k: _decode_error(contributions[k].path, limits)
     )
     prints += [_bank_fingerprint(o, cache, bank_loader) for o in bank]
     # Contributions never pair with each other here: only the bank is checked.

@@ -140,6 +140,9 @@ def _normalise_file(
     except AudioDecodeError as exc:
         return DecodeFact(error=str(exc).removeprefix(f"{path}: ")), None, None
     problems = tuple(audio_problems(decoded))
+    # From the decoded samples, not the released 16-bit ones: a recording far too quiet
+    # (refused as digital silence once quantised) still holds a voice to look for.
+    print_text = fingerprint(decoded.samples).to_text()
     released = tempfile.SpooledTemporaryFile(_SPILL_BYTES)
     write_flac(decoded.samples, released)
     # The decoded samples go before the released ones are read back: a long recording
@@ -150,7 +153,7 @@ def _normalise_file(
     fact = DecodeFact(
         duration_s=len(samples) / SAMPLE_RATE,
         problems=problems,
-        fingerprint=fingerprint(samples).to_text(),
+        fingerprint=print_text,
     )
     return fact, released, samples
 

@@ -107,10 +107,24 @@ def add_condition(
     root = Path(out) if out else default_out_root(source)
     with build_lock(root):
         if voices is not None:
+            _same_contributions(manifest, voices, source)
             cache = BuildCache(cache_dir or root / ".cache")
             _check_bank(voices, bank, cache)
         return _add_locked(
             condition, source, root, _Source(manifest, base), bank, seed, cache_dir, progress
+        )
+
+
+def _same_contributions(manifest: BuildManifest | None, voices: InputConfig, source: Path) -> None:
+    """The bank is checked against the voices of the build it is mixed into: a build whose
+    manifest pins other contributions than `voices` (the demo corpus's, when no --config
+    was given) is refused."""
+    pinned = manifest.inputs.get("contributions") if manifest else None
+    if pinned is not None and pinned != sha256_file(Path(voices.contributions)):
+        raise VariantError(
+            f"{source} was built from other contributions than {voices.contributions}: the "
+            "noise bank must be checked against the voices of that build, so pass its input "
+            "config (--config)"
         )
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import io
 import shutil
+import subprocess
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +36,6 @@ from redvox.sources.audio import decode_audio
 from redvox.sources.musan import read_noise_bank
 
 WITHHELD = "demo-p10"  # participation only
-CONTRIBUTIONS_HEADER = 1  # the manifest's header line
 
 
 def _pad(samples: np.ndarray) -> np.ndarray:
@@ -45,40 +46,87 @@ def _clipped(samples: np.ndarray) -> np.ndarray:
     return np.clip(samples * 4, -1.0, 1.0).astype(np.float32)
 
 
-# name -> (withheld recording, what its own file becomes (None: left alone), what the
-# line of its row becomes ("stray quote", "removed" or None), the copy filed under a
-# public participant, made from the withheld file as it is then).
-Edit = Callable[[np.ndarray], np.ndarray]
-CASES: dict[str, tuple[str, Edit | None, str | None, Edit]] = {
-    "own file padded with 30 s of silence (VAD: too little speech), copy unpadded": (
-        "en_m-alert_90011",
-        _pad,
-        None,
-        lambda w: w[: len(w) - 30 * RATE],
+def _float_wav(path: Path, samples: np.ndarray) -> Path:
+    target = path.with_suffix(".wav")
+    sf.write(target, samples, RATE, subtype="FLOAT")
+    return target
+
+
+def _ffmpeg(path: Path, name: str, *args: str) -> bytes:
+    target = path.with_name(name)
+    subprocess.run(
+        ["ffmpeg", "-nostdin", "-loglevel", "error", "-i", str(path), *args, str(target)],
+        check=True,
+    )
+    return target.read_bytes()
+
+
+def _mpeg_ts(path: Path, samples: np.ndarray) -> Path:
+    _ffmpeg(path, "take-2.ts", "-c:a", "mp2", "-f", "mpegts")
+    return path.with_name("take-2.ts")
+
+
+def _nist_bak(path: Path, samples: np.ndarray) -> Path:
+    target = path.with_name("take-2.bak")
+    sf.write(target, samples, RATE, format="NIST", subtype="PCM_16")
+    return target
+
+
+def _mp3_after_zeros(path: Path, samples: np.ndarray) -> Path:
+    data = _ffmpeg(path, "tmp.mp3", "-c:a", "libmp3lame", "-b:a", "64k")
+    path.with_name("tmp.mp3").unlink()
+    target = path.with_name("take-2.mp3.old")
+    target.write_bytes(bytes(16) + data)
+    return target
+
+
+@dataclass(frozen=True)
+class Case:
+    """A withheld recording (participant/file stem); what its own file becomes (`own`:
+    the samples, `store`: another file in its place, the row renamed); what the line of
+    its row becomes ("stray quote", "removed" or None); the copy filed under a public
+    participant, made from the withheld samples as they are then."""
+
+    recording: str
+    copy: Callable[[np.ndarray], np.ndarray]
+    own: Callable[[np.ndarray], np.ndarray] | None = None
+    line: str | None = None
+    store: Callable[[Path, np.ndarray], Path] | None = None
+
+
+P06 = "demo-p06"  # participation only, too
+CASES = {
+    "own file padded with 30 s of silence (VAD: too little speech), copy unpadded": Case(
+        f"{WITHHELD}/en_m-alert_90011", lambda w: w[: len(w) - 30 * RATE], own=_pad
     ),
-    "own file at -60 dB (VAD: no speech), copy at full level": (
-        "en_m-alert_90012",
-        lambda w: (w * 10 ** (-60 / 20)).astype(np.float32),
-        None,
+    "own file at -60 dB (VAD: no speech), copy at full level": Case(
+        f"{WITHHELD}/en_m-alert_90012",
         lambda w: (w * 10 ** (60 / 20)).astype(np.float32),
+        own=lambda w: (w * 10 ** (-60 / 20)).astype(np.float32),
     ),
-    "own file clipped (decode: clipped), copy of it 6 dB down": (
-        "en_m-alert_90021",
-        _clipped,
-        None,
-        lambda w: (w * 0.5).astype(np.float32),
+    "own file clipped (decode: clipped), copy of it 6 dB down": Case(
+        f"{WITHHELD}/en_m-alert_90021", lambda w: (w * 0.5).astype(np.float32), own=_clipped
     ),
-    "own row on a line with a stray quote, copy trimmed by 0.5 s": (
-        "en_shades_6.0",
-        None,
-        "stray quote",
-        lambda w: w[RATE // 2 :],
+    "own row on a line with a stray quote, copy trimmed by 0.5 s": Case(
+        f"{WITHHELD}/en_shades_6.0", lambda w: w[RATE // 2 :], line="stray quote"
     ),
-    "own row missing (the file left in the audio folder), exact copy": (
-        "en_shades_7.0",
-        None,
-        "removed",
-        lambda w: w,
+    "own row missing (the file left in the audio folder), exact copy": Case(
+        f"{WITHHELD}/en_shades_7.0", lambda w: w, line="removed"
+    ),
+    "own file a float WAV at -80 dB (digital silence in 16 bits), copy at full level": Case(
+        f"{P06}/es_m-alert_90011",
+        lambda w: (w * 10 ** (80 / 20)).astype(np.float32),
+        own=lambda w: (w * 10 ** (-80 / 20)).astype(np.float32),
+        store=_float_wav,
+    ),
+    "no row, the file as MPEG-TS (.ts), exact copy": Case(
+        f"{P06}/es_m-alert_90051", lambda w: w, line="removed", store=_mpeg_ts
+    ),
+    "no row, the file as NIST SPHERE named .bak, exact copy": Case(
+        f"{P06}/es_m-alert_90052", lambda w: w, line="removed", store=_nist_bak
+    ),
+    "no row, an MP3 after 16 zero bytes named .mp3.old, exact copy": Case(
+        f"{P06}/es_shades_2.1", lambda w: w, line="removed", store=_mp3_after_zeros
     ),
 }
 
@@ -119,18 +167,26 @@ def refused_build(tmp_path_factory, copy_demo_cache) -> dict:
     corpus = _corpus(root)
     slots = iter(_slots(corpus))
     originals = {}
-    for name, (recording, own, line, copy) in CASES.items():
-        path = corpus / "audio" / WITHHELD / f"{recording}.flac"
+    for name, case in CASES.items():
+        audio_file = f"{case.recording}.flac"
+        path = corpus / "audio" / audio_file
         voice = decode_audio(path).samples
-        if own is not None:
-            voice = own(voice)
+        if case.own is not None:
+            voice = case.own(voice)
             path.write_bytes(flac(voice))
-        if line is not None:
-            _edit_line(corpus, f"{WITHHELD}/{recording}.flac", line)
+        if case.line is not None:
+            _edit_line(corpus, audio_file, case.line)
+        if case.store is not None:
+            stored = case.store(path, voice)
+            path.unlink()
+            renamed = stored.relative_to(corpus / "audio").as_posix()
+            manifest = corpus / "contributions.csv"
+            text = manifest.read_text(encoding="utf-8")
+            manifest.write_text(text.replace(f",{audio_file},", f",{renamed},"), "utf-8")
         # What of the withheld voice must not be public: as its own file holds it, at a
-        # level the oracle can compare (the -45 dB file, brought back up).
-        originals[name] = copy(voice)
-        _file(corpus, next(slots), flac(copy(voice)), ".flac")
+        # level the oracle can compare (the quiet files, brought back up).
+        originals[name] = case.copy(voice)
+        _file(corpus, next(slots), flac(case.copy(voice)), ".flac")
     out = root / "out"
     options = BuildOptions(
         out=out, sets=("full", "public"), cache_dir=copy_demo_cache(root / "cache"), progress=False
@@ -225,6 +281,12 @@ def test_an_undecodable_file_no_row_names_stops_the_build(tmp_path, demo_cache):
     with (corpus / "contributions.csv").open("a", encoding="utf-8") as manifest:
         manifest.write("demo-p01,shades,3.0,en,loop-a.flac,x.,Do you agree?,x. Do you agree?,,\n")
     (corpus / "audio" / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1" + bytes(64))
+    # macOS AppleDouble files beside recordings, named like them: metadata, not audio
+    apple = corpus / "audio" / "demo-p01" / "._en_shades_1.0.flac"
+    apple.write_bytes(b"\x00\x05\x16\x07\x00\x02\x00\x00" + bytes(4000))
+    # a file that is not audio by name or bytes, and does not decode: no recording
+    junk = np.random.default_rng(1).integers(0, 255, 5000, dtype=np.uint8).tobytes()
+    (corpus / "audio" / "demo-p01" / "index.db").write_bytes(b"SQLite format 3\x00" + junk)
     stray = corpus / "audio" / WITHHELD / "en_take_2.wav"
     stray.write_bytes(_truncated(*_flac_of(corpus))[1])
     result = _build(corpus, tmp_path / "out", demo_cache)
@@ -254,11 +316,12 @@ def test_a_public_participants_undecodable_recording_does_not_stop_the_build(tmp
 
 
 def test_a_bank_copy_of_a_recording_on_a_rejected_line_stops_build_and_variants_add(
-    tmp_path, demo_release, demo_cache
+    tmp_path, demo_cache
 ):
     corpus = _corpus(tmp_path)
     recording = f"{WITHHELD}/en_m-alert_90021.flac"
     _edit_line(corpus, recording, "stray quote")
+    assert _build(corpus, tmp_path / "clean", demo_cache).exit_code == 0  # for variants add
     babble = corpus / "musan" / "speech" / "demo-babble"
     bank_file = babble / "speaker-09-en.wav"
     sf.write(bank_file, decode_audio(corpus / "audio" / recording).samples, RATE)
@@ -271,7 +334,7 @@ def test_a_bank_copy_of_a_recording_on_a_rejected_line_stops_build_and_variants_
     condition.write_text(
         "name: noise_c\nkind: babble\nparams: {speakers: [9, 9], level_dbfs: [-30.0, -20.0]}\n"
     )
-    source = demo_release["version_dir"] / "public"
+    source = tmp_path / "clean" / "1.0.0" / "public"
     args = ["variants", "add", str(condition), "--from", str(source), "--out", str(tmp_path / "v")]
     args += ["--cache", str(demo_cache), "--config", str(corpus / "config.yaml")]
     result = CliRunner().invoke(main, args)
@@ -313,3 +376,40 @@ def _clips_naming(out: Path, rel: str) -> dict[str, np.ndarray]:
             if row["modality"] == "text" and f'"{rel}"' in params and params not in found:
                 found[params] = sf.read(io.BytesIO(row["audio"]["bytes"]), dtype="float32")[0]
     return found
+
+
+def test_a_withheld_folder_linked_outside_audio_root_is_still_looked_at(tmp_path, demo_cache):
+    """Rows whose file a link leads outside the audio folder are refused, and their files
+    are still fingerprinted: a copy of such a recording is no public voice."""
+    corpus = _corpus(tmp_path)
+    outside = tmp_path / "elsewhere" / P06
+    shutil.move(corpus / "audio" / P06, outside)
+    (corpus / "audio" / P06).symlink_to(outside, target_is_directory=True)
+    original = decode_audio(outside / "es_shades_3.0.flac").samples
+    _file(corpus, _slots(corpus)[0], flac(original[RATE // 4 :]), ".flac")
+    result = _build(corpus, tmp_path / "out", demo_cache)
+    assert result.exit_code == 0, result.output
+    found = best_presence(original[RATE // 4 :], _public_clips(tmp_path / "out"), 1.0)
+    assert found < PRESENT, f"the voice behind the link is in a public clip ({found:.2f})"
+
+
+def test_variants_add_refuses_to_check_the_bank_against_other_voices(
+    tmp_path, demo_cache, monkeypatch
+):
+    """Without --config the bank is checked against the demo corpus: a build of other
+    contributions is refused, not checked against the wrong voices."""
+    corpus = _corpus(tmp_path)
+    _edit_line(corpus, f"{WITHHELD}/en_shades_7.0.flac", "removed")
+    assert _build(corpus, tmp_path / "out", demo_cache).exit_code == 0
+    condition = tmp_path / "babble.yaml"
+    condition.write_text(
+        "name: noise_c\nkind: babble\nparams: {speakers: [3, 5], level_dbfs: [-30.0, -20.0]}\n"
+    )
+    args = ["variants", "add", str(condition), "--from", str(tmp_path / "out" / "1.0.0" / "public")]
+    args += ["--out", str(tmp_path / "v"), "--cache", str(demo_cache)]
+    result = CliRunner().invoke(main, [*args, "--noise-bank", str(corpus / "musan")])
+    assert result.exit_code != 0
+    assert "built from other contributions" in result.output and "--config" in result.output
+    assert not (tmp_path / "v").exists() or not list((tmp_path / "v").rglob("*.parquet"))
+    result = CliRunner().invoke(main, [*args, "--config", str(corpus / "config.yaml")])
+    assert result.exit_code == 0, result.output

@@ -130,6 +130,9 @@ def test_a_job_gives_suppressed_aggregates_only(make_service, judge, demo_releas
         for field in ('"output"', '"transcript"', '"user_text"', '"user_id"', '"audio"'):
             assert field not in text
     assert result["sandbox"]["isolated"] is True
+    # the public rows, then each of the demo's two withheld speakers, in a sandbox each
+    assert result["sandbox"]["runs"] == 3
+    assert [p["role"] for p in service.store.processes(job_id)] == ["sandbox"] * 3 + ["judge"]
     assert not list(service.config.work.iterdir())  # per-row files removed
 
     # the judge step (outside the sandbox) connected to the judge only: the model's

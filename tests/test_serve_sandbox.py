@@ -198,6 +198,9 @@ def test_a_hostile_model_escapes_nothing(make_service, demo_release, judge, tmp_
     found = reports(judge)
     assert found, "the judge got no answer of the hostile model"
     report = found[0]
+    # one run per partition of the rows, each attacking the same way
+    assert len({json.dumps({k: v for k, v in r.items() if k not in ("pids", "daemon")},
+                           sort_keys=True) for r in found}) == 1  # fmt: skip
     environment = base64.b64decode(report["environ"]).decode()
     assert report["judge_key"] == "absent" and report["canary"] == "absent"
     assert JUDGE_KEY not in environment and targets["canary"] not in environment
@@ -228,8 +231,9 @@ def test_without_the_sandbox_the_same_attacks_succeed(
 ):
     """The control: --unsandboxed-dev, the same model, and what the test checks is seen."""
     service, client, job, job_id, targets, drop, listener, connected = run_hostile(
-        make_service, demo_release, judge, tmp_path, monkeypatch, unsandboxed_dev=True
-    )
+        make_service, demo_release, judge, tmp_path, monkeypatch, unsandboxed_dev=True,
+        max_answer_bytes=1 << 20,  # its report, what it read included, is over 16 KiB
+    )  # fmt: skip
     try:
         assert job["status"] == "done", job
         report = reports(judge)[0]
@@ -237,10 +241,12 @@ def test_without_the_sandbox_the_same_attacks_succeed(
         assert report["read"][str(service.config.state / "serve.sqlite")].startswith("OK")
         assert report["write"][str(drop / "from-model")].startswith("OK")
         assert report["listener"].startswith("OK") and report["abstract"].startswith("OK")
-        assert report["signal"] == "OK signalled" and len(listener.seen) == 2
+        result = client.get(f"/jobs/{job_id}/result").json()
+        runs = result["sandbox"]["runs"]  # the model attacks once per run of the job
+        assert runs == 3 and len(reports(judge)) >= runs
+        assert report["signal"] == "OK signalled" and len(listener.seen) == 2 * runs
         assert report["bind"] == "OK bound" and connected > 0
         assert processes_with(targets["daemon"])  # it outlived the job
-        result = client.get(f"/jobs/{job_id}/result").json()
         assert result["sandbox"]["isolated"] is False and "UNSANDBOXED" in result["sandbox"]["note"]
     finally:
         for pid in processes_with(targets["daemon"]):

@@ -11,7 +11,8 @@ Laplace noise at the speaker level (privacy.py), and carries no interval or refu
 (those would need the exact withheld rows). Which cells are shown is decided on the rows
 the job evaluated, labelled or not, never on the model's answers, so it is the same in
 every job on a build. Public cells are exact, suppressed below MIN_CELL rows or
-MIN_SPEAKERS speakers as small samples."""
+MIN_SPEAKERS speakers as small samples: their answers come from a run of the model that
+was given the public rows alone (runner.py), so they carry nothing withheld."""
 
 from __future__ import annotations
 

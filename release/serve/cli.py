@@ -15,8 +15,12 @@ from .guard import is_loopback
 from .sandbox import (
     HEALTH_TIMEOUT_S,
     JOB_TIMEOUT_S,
+    MAX_ANSWER_BYTES,
+    NPROC,
     RELEASE_QUANTUM_S,
+    SHM_MB,
     SLOT_SECONDS_PER_DAY,
+    TMP_MB,
     UNSANDBOXED,
 )
 from .validate import DEFAULT_ALLOWED_ARGS
@@ -135,8 +139,17 @@ def serve() -> None:
 @click.option("--sandbox-env", multiple=True,
               help="NAME (copied from here) or NAME=VALUE for the model's environment "
               "(repeatable; no keys or tokens)")  # fmt: skip
-@click.option("--sandbox-tmp-mb", default=4096, show_default=True, type=click.IntRange(min=16),
-              help="size of the model's private /tmp")  # fmt: skip
+@click.option("--sandbox-tmp-mb", default=TMP_MB, show_default=True, type=click.IntRange(min=16),
+              help="size of the model's private /tmp (host memory)")  # fmt: skip
+@click.option("--sandbox-shm-mb", default=SHM_MB, show_default=True, type=click.IntRange(min=16),
+              help="size of the model's private /dev/shm (host memory)")  # fmt: skip
+@click.option("--sandbox-nproc", default=NPROC, show_default=True, type=click.IntRange(min=16),
+              help="processes and threads one sandbox may run (RLIMIT_NPROC; not applied by "
+              "the kernel when the service runs as root)")  # fmt: skip
+@click.option("--max-answer-bytes", default=MAX_ANSWER_BYTES, show_default=True,
+              type=click.IntRange(min=256),
+              help="an answer is cut to this many bytes (UTF-8) before the judge reads it; "
+              "the cuts are counted in the maintainers' log")  # fmt: skip
 @click.option("--unsandboxed-dev", is_flag=True,
               help="development only: run the model without the sandbox (said on every "
               "log line and in every result)")  # fmt: skip
@@ -175,7 +188,8 @@ def run_service(**options) -> None:
             policy = Policy(
                 forbidden=(options["state"], options["build"]), ro_paths=options["sandbox_ro"],
                 dev_paths=options["sandbox_dev"], env=options["sandbox_env"],
-                tmp_mb=options["sandbox_tmp_mb"],
+                tmp_mb=options["sandbox_tmp_mb"], shm_mb=options["sandbox_shm_mb"],
+                nproc=options["sandbox_nproc"],
             )  # fmt: skip
             policy.binds(template.argv(model="o/m", revision="r", port=1, slot=0, args={}))
         except (SandboxUnavailable, ValueError) as exc:
@@ -195,7 +209,7 @@ def run_service(**options) -> None:
         resamples=options["resamples"], concurrency=options["concurrency"],
         judge_price_per_1k=options["judge_price_per_1k"],
         allowed_args=tuple(options["allowed_args"]) or DEFAULT_ALLOWED_ARGS,
-        keep_work=options["keep_work"],
+        keep_work=options["keep_work"], max_answer_bytes=options["max_answer_bytes"],
     )  # fmt: skip
     try:
         _, runner, app = build_service(config)
@@ -204,7 +218,24 @@ def run_service(**options) -> None:
     flag = f"{UNSANDBOXED}: " if config.unsandboxed_dev else ""
     if not is_loopback(options["host"]):
         click.echo(f"{flag}warning: listening on {options['host']}, not loopback", err=True)
-    runner.start()
+    if os.geteuid() == 0 and not config.unsandboxed_dev:
+        click.echo(
+            "warning: running as root: the kernel does not apply --sandbox-nproc to root's "
+            "processes; run the service as a user of its own (or cap it with a cgroup: "
+            "systemd's TasksMax=, pids.max)", err=True,
+        )  # fmt: skip
+    if config.slots > 1:
+        click.echo(
+            f"{flag}warning: {config.slots} slots: the runs of different jobs share this "
+            "machine, and a model can time the load another job's model puts on it; one "
+            "slot keeps every run of the model alone", err=True,
+        )  # fmt: skip
+    from .runner import LeftoverWork
+
+    try:
+        runner.start()
+    except LeftoverWork as exc:
+        raise click.ClickException(str(exc)) from None
     click.echo(f"{flag}build {config.build} (manifest sha256 {runner.build_sha256[:12]}), "
                f"{config.slots} slot(s), sandbox {'off' if flag else 'bubblewrap'}", err=True)  # fmt: skip
     try:

@@ -1,14 +1,18 @@
 """The per-row files of one job, all in its 0700 work folder and deleted when it ends:
-`input/` what the sandbox reads (the full build's rows reduced to the columns `infer`
-sends or files by, clip names blanked: no user_id, transcript, demographics or entry_key), `output/` what
-infer wrote inside the sandbox (untrusted: the model shares that sandbox), and
-`run/outputs/` the rows the judge reads, rebuilt outside from the build itself with the
-model's answer the only thing taken from the sandbox."""
+`input/` what one sandboxed run reads (the rows of one partition of the full build,
+`partitions`, reduced to the columns `infer` sends or files by, clip names blanked: no
+user_id, transcript, demographics or entry_key), `output/` what infer wrote inside that
+run's sandbox (untrusted: the model shares that sandbox), both rewritten for each run,
+and `run/outputs/` the rows the judge reads, rebuilt outside from the build itself with
+the model's answer (cut to a length cap) the only thing taken from the sandbox.
+`remove_tree` deletes what a model left, whatever modes it gave its files."""
 
 from __future__ import annotations
 
 import json
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +21,8 @@ import pyarrow.parquet as pq
 from redvox.release.evaluation.redvox_eval.infer import output_path
 from redvox.schemas import layout
 
+from .sandbox import MAX_ANSWER_BYTES
+
 # What infer reads of a row: its key (lang, ID), the filter columns, and the request.
 INPUT_COLUMNS = ("ID", "lang", "modality", "audio_type", "vulnerability_type", "user_text",
                  "audio")  # fmt: skip
@@ -24,6 +30,8 @@ NAME = "model"  # infer's --name: the output files are <lang>/model.jsonl
 MAX_LINE = 1024 * 1024  # one answer line of infer (an answer plus the row's small columns)
 MAX_OUTPUT = 256 * 1024 * 1024  # all of output/; more and the job fails
 MAX_ENTRIES = 1000  # files and folders in output/
+
+Key = tuple[str, str]  # infer's key of a row: (lang, ID)
 
 
 class OutputRejected(Exception):
@@ -38,13 +46,53 @@ def private_dir(path: Path) -> Path:
     return path
 
 
-def export_input(full: Path, dest: Path) -> int:
-    """Writes the INPUT_COLUMNS of every full-build shard under DEST/data/<lang>/ (0700
-    folders, 0600 files), a batch at a time; the number of rows."""
+def row_key(row: dict) -> Key:
+    return str(row["lang"]), str(row["ID"])
+
+
+@dataclass(frozen=True)
+class Partition:
+    """The rows one sandboxed run of a job is given: NAME for the maintainers' log (never
+    a user_id), KEYS the rows (lang, ID)."""
+
+    name: str
+    keys: frozenset[Key]
+
+
+def partitions(rows: dict[Key, dict], public_keys: set[str]) -> list[Partition]:
+    """The runs of a job (README, "The sandbox"): the public rows first, then the rows of
+    each withheld speaker (user_id) alone, then the withheld rows without a speaker
+    together. A run's answers can depend only on its own rows, so a public answer on
+    nothing withheld and a withheld speaker's answers on nobody else's clips."""
+    public: set[Key] = set()
+    speakers: dict[str | None, set[Key]] = {}
+    for key, row in rows.items():
+        if row.get("entry_key") in public_keys:
+            public.add(key)
+        else:
+            speakers.setdefault(row.get("user_id") or None, set()).add(key)
+    runs = [Partition("public rows", frozenset(public))] if public else []
+    named = sorted(s for s in speakers if s is not None)
+    for number, speaker in enumerate(named, 1):
+        runs.append(Partition(f"withheld speaker {number} of {len(named)}",
+                              frozenset(speakers[speaker])))  # fmt: skip
+    if None in speakers:
+        runs.append(Partition("withheld rows without a speaker", frozenset(speakers[None])))
+    return runs
+
+
+def export_input(full: Path, dest: Path, keys: frozenset[Key] | set[Key] | None = None) -> int:
+    """Writes the INPUT_COLUMNS of the full build's rows (only those of KEYS when given)
+    under DEST/data/<lang>/ (0700 folders, 0600 files; a shard without a row of KEYS is
+    left out), a batch at a time; the number of rows."""
     rows = 0
     for shard in layout.shard_paths(full):
-        target = private_dir(dest / "data" / shard.parent.name) / shard.name
         source = pq.ParquetFile(shard)
+        if keys is not None:
+            ids = source.read(columns=["lang", "ID"]).to_pylist()
+            if not any(row_key(r) in keys for r in ids):
+                continue
+        target = private_dir(dest / "data" / shard.parent.name) / shard.name
         schema = source.schema_arrow
         columns = [c for c in INPUT_COLUMNS if c in schema.names]
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -53,6 +101,12 @@ def export_input(full: Path, dest: Path) -> int:
             pq.ParquetWriter(handle, _select(schema, columns)) as writer,
         ):
             for batch in source.iter_batches(batch_size=32, columns=columns):
+                if keys is not None:
+                    langs, ids = batch.column("lang").to_pylist(), batch.column("ID").to_pylist()
+                    mask = [(str(lang), str(i)) in keys for lang, i in zip(langs, ids, strict=True)]
+                    batch = batch.filter(pa.array(mask, pa.bool_()))
+                    if not batch.num_rows:
+                        continue
                 writer.write_batch(without_audio_names(batch))
                 rows += batch.num_rows
     return rows
@@ -77,18 +131,73 @@ def without_audio_names(batch: pa.RecordBatch) -> pa.RecordBatch:
 
 
 def output_size(folder: Path) -> tuple[int, int]:
-    """(bytes, entries) under FOLDER, stopping once either is over its limit."""
+    """(bytes, entries) under FOLDER, stopping once either is over its limit;
+    OutputRejected when a folder there cannot be read (a model that took the rights off
+    one hides what it holds)."""
     size = entries = 0
     stack = [folder]
     while stack and size <= MAX_OUTPUT and entries <= MAX_ENTRIES:
-        with os.scandir(stack.pop()) as listing:
-            for entry in listing:
-                entries += 1
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(Path(entry.path))
-                else:
-                    size += entry.stat(follow_symlinks=False).st_size
+        current = stack.pop()
+        try:
+            with os.scandir(current) as listing:
+                for entry in listing:
+                    entries += 1
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        else:
+                            size += entry.stat(follow_symlinks=False).st_size
+                    except FileNotFoundError:  # deleted while listed
+                        continue
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise OutputRejected(f"{current}: unreadable ({exc.strerror})") from None
     return size, entries
+
+
+def remove_tree(path: Path, attempts: int = 3) -> list[str]:
+    """Deletes PATH and everything under it whatever modes a model left there: the
+    service owns every file of a job (the sandbox's uid maps to its own), so it gives each
+    folder back its owner's rights before listing and emptying it, and tries ATTEMPTS
+    times. What is still there, one line each (empty when all is gone). Symbolic links
+    are removed, never followed."""
+    problems: list[str] = []
+    for _ in range(attempts):
+        if not os.path.lexists(path):
+            return []
+        problems = _remove_once(str(path))
+    if os.path.lexists(path):
+        return problems or [f"{path}: still there"]
+    return []
+
+
+def _remove_once(root: str) -> list[str]:
+    problems: list[str] = []
+    stack = [(root, False)]
+    while stack:
+        path, emptied = stack.pop()
+        try:
+            info = os.lstat(path)
+            if not stat.S_ISDIR(info.st_mode):
+                os.unlink(path)
+                continue
+            if emptied:
+                os.rmdir(path)
+                continue
+            mode = stat.S_IMODE(info.st_mode)
+            if mode & 0o700 != 0o700:
+                os.chmod(path, mode | 0o700)  # lstat said a folder: not a link
+            with os.scandir(path) as listing:
+                children = [entry.path for entry in listing]
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror or exc}")
+            continue
+        stack.append((path, True))
+        stack.extend((child, False) for child in children)
+    return problems
 
 
 def build_rows(full: Path) -> dict[tuple[str, str], dict]:
@@ -101,7 +210,7 @@ def build_rows(full: Path) -> dict[tuple[str, str], dict]:
     return rows
 
 
-def _answers(path: Path, expected: dict, seen: set) -> dict[tuple[str, str], str]:
+def _answers(path: Path, expected, seen: set) -> dict[Key, str]:
     answers = {}
     with os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW), "rb") as handle:
         number = 0
@@ -143,28 +252,72 @@ def answer_files(output: Path) -> list[tuple[str, Path]]:
     return found
 
 
-def collect(output: Path, full: Path, dest: Path, public_keys: set[str],
-            private_text: bool) -> int:  # fmt: skip
-    """Rebuilds infer's output files under DEST (the judge's input) from the build's own
-    rows and the answers found under OUTPUT, which must be one <lang>/model.jsonl per
-    language with one answer for each exported row. A withheld row loses its transcript
-    unless PRIVATE_TEXT (the judge then reads the item's public prompt_text instead)."""
-    expected = build_rows(full)
-    seen: set[tuple[str, str]] = set()
-    by_lang: dict[str, dict[tuple[str, str], str]] = {}
-    for lang, path in answer_files(output):
-        by_lang[lang] = _answers(path, expected, seen)
+@dataclass
+class Answers:
+    """The answers of one run, by row; how many were cut to the cap, the longest seen."""
+
+    by_key: dict[Key, str]
+    cut: int = 0
+    longest: int = 0
+
+
+def cut_answer(answer: str, max_bytes: int) -> str:
+    """ANSWER as valid UTF-8 (a lone surrogate becomes '?'), at most MAX_BYTES of it, cut
+    at a character boundary."""
+    data = answer.encode("utf-8", "replace")
+    return data[:max_bytes].decode("utf-8", "ignore")
+
+
+def read_answers(output: Path, expected: frozenset[Key] | set[Key],
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> Answers:  # fmt: skip
+    """The answers under OUTPUT, which must be one <lang>/model.jsonl per language with one
+    answer for each row of EXPECTED (the rows that run was given) and no other: an answer
+    for a row of another run, or a row left unanswered, is refused. Each answer is cut to
+    MAX_ANSWER_BYTES."""
+    seen: set[Key] = set()
+    answers = Answers({})
+    try:
+        for _, path in answer_files(output):
+            answers.by_key.update(_answers(path, expected, seen))
+    except OSError as exc:
+        raise OutputRejected(f"{exc.filename or output}: unreadable ({exc.strerror})") from None
     if seen != set(expected):
         raise OutputRejected(f"{len(set(expected) - seen)} rows without an answer")
-    for lang, answers in by_lang.items():
+    for key, answer in answers.by_key.items():
+        size = len(answer.encode("utf-8", "replace"))
+        answers.longest = max(answers.longest, size)
+        kept = cut_answer(answer, max_answer_bytes)
+        answers.cut += size > max_answer_bytes
+        answers.by_key[key] = kept
+    return answers
+
+
+def write_judged_input(answers: dict[Key, str], rows: dict[Key, dict], dest: Path,
+                       public_keys: set[str], private_text: bool) -> int:  # fmt: skip
+    """Adds to infer's output files under DEST (the judge's input) the build's own ROWS
+    with the ANSWERS given on them. A withheld row loses its transcript unless
+    PRIVATE_TEXT (the judge then reads the item's public prompt_text instead)."""
+    by_lang: dict[str, list[Key]] = {}
+    for key in answers:
+        by_lang.setdefault(key[0], []).append(key)
+    for lang, keys in by_lang.items():
         target = output_path(dest, lang, NAME, False)
         private_dir(target.parent)
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for key, answer in answers.items():
-                row = dict(expected[key])
+            for key in keys:
+                row = dict(rows[key])
                 if not private_text and row.get("entry_key") not in public_keys:
                     row["transcript"] = None
-                row.update(output=answer, model=NAME, meta={"text_only": False})
+                row.update(output=answers[key], model=NAME, meta={"text_only": False})
                 handle.write(json.dumps(row, ensure_ascii=False) + "\n")
-    return len(seen)
+    return len(answers)
+
+
+def collect(output: Path, full: Path, dest: Path, public_keys: set[str],
+            private_text: bool, max_answer_bytes: int = MAX_ANSWER_BYTES) -> int:  # fmt: skip
+    """Rebuilds infer's output files under DEST from the build's own rows and the answers
+    found under OUTPUT for every row of the full build (read_answers, write_judged_input)."""
+    rows = build_rows(full)
+    answers = read_answers(output, set(rows), max_answer_bytes)
+    return write_judged_input(answers.by_key, rows, dest, public_keys, private_text)

@@ -13,6 +13,13 @@ result (overall, language, audio type, vulnerability type) repeat the same rows,
 they compose in sequence: the L1 sensitivity of everything a result releases is
 2 x cap x tables. One discrete Laplace measurement of OpenDP over that whole vector, its
 scale the smallest that OpenDP proves epsilon-DP at that sensitivity, covers the job.
+
+That a speaker moves only their own rows' answers holds because the model answers each
+withheld speaker's rows in a run of its own, given nothing else (runner.py, jobfiles.
+partitions), and the public rows in a run before any withheld one: a model that saw every
+withheld clip at once could move any row's answer, the exact public ones included, with
+any speaker's audio. The budget below is spent when a result is released, after the
+job's hold, so what a user sees of it never says when a model ended.
 """
 
 from __future__ import annotations
@@ -93,15 +100,17 @@ def bits_through_noise(rows: int, scale: float) -> float:
 
 
 def pending_jobs(store, user: str) -> int:
-    """Jobs of USER queued or running: each may spend a job's epsilon when it ends."""
-    return sum(1 for job in store.jobs_of(user) if job.status in ("queued", "running"))
+    """Jobs of USER queued or running that have not spent yet: each may spend a job's
+    epsilon when it is released."""
+    return store.unspent_pending(user)
 
 
 def budget_refusal(store, user: str, epsilon: float, budget: float) -> str | None:
     """Why USER may not submit another job (one line), None when the budget allows it.
     Queued and running jobs count as spent already, so a burst of submissions cannot
-    overdraw the budget; the spending itself happens when a result is released
-    (Store.spend_epsilon, atomic)."""
+    overdraw the budget; the spending itself happens when a result is released, after
+    the job's hold (Store.spend_epsilon, atomic), so what this says changes only when
+    USER submits a job and when one of their jobs is released, never when a model ends."""
     spent, pending = store.epsilon_spent(user), pending_jobs(store, user)
     if spent + epsilon * (pending + 1) > budget + 1e-9:
         return (

@@ -1,11 +1,15 @@
-"""Runs queued jobs, one per GPU slot. A job: export the rows infer reads into the job's
-0700 folder; in one bubblewrap sandbox (sandbox.py) start the model from the maintainer's
-template, wait until it answers GET /v1/models and run `infer` against it; after the
-sandbox is gone, rebuild the judge's input from the build and the model's answers
-(jobfiles.py), judge it in a guarded subprocess, turn the judged rows into suppressed
-aggregates, and delete every per-row file whatever happened. A job that ends early says
-which stage ended it (store.REASONS); what its processes printed and their exit statuses
-go to the maintainers' log STATE/logs/<job>.log (0600, capped)."""
+"""Runs queued jobs, one per GPU slot. A job is partitioned (jobfiles.partitions): the
+public rows first, then each withheld speaker's rows alone. For each partition in turn:
+export its rows into the job's 0700 folder; in a fresh bubblewrap sandbox (sandbox.py)
+start the model from the maintainer's template, wait until it answers GET /v1/models and
+run `infer` against it; once that sandbox is gone, take its answers for exactly its rows
+(cut to a length cap) and delete what it wrote. Then rebuild the judge's input from the
+build and the answers (jobfiles.py), judge it in a guarded subprocess, turn the judged
+rows into suppressed aggregates, and delete every per-row file whatever happened. The
+result, and the epsilon it costs, are released together when the job's hold ends. A job
+that ends early says which stage ended it (store.REASONS); what its processes printed
+and their exit statuses go to the maintainers' log STATE/logs/<job>.log (0600, capped).
+Per-row files that cannot be deleted stop the runner from starting jobs (fail closed)."""
 
 from __future__ import annotations
 
@@ -13,7 +17,6 @@ import json
 import logging
 import math
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -43,6 +46,11 @@ from .validate import DEFAULT_ALLOWED_ARGS, Template
 
 log = logging.getLogger("redvox.serve")
 POLL_S = 0.25
+LEFTOVER_RETRY_S = 10.0  # how often a runner that could not delete a job's files retries
+
+
+class LeftoverWork(RuntimeError):
+    """Per-row files of a job that could not be deleted; the message names them."""
 
 
 @dataclass
@@ -67,6 +75,7 @@ class Config:
     judge_price_per_1k: float | None = None
     allowed_args: tuple[str, ...] = DEFAULT_ALLOWED_ARGS
     keep_work: bool = False
+    max_answer_bytes: int = jobfiles.MAX_ANSWER_BYTES  # an answer is cut to this for the judge
     infer_options: tuple[str, ...] = field(default_factory=tuple)  # extra `evaluate infer` words
     # what a job's sandbox may see beyond the defaults (None: nothing more)
     sandbox: sandbox.Policy | None = None
@@ -174,6 +183,8 @@ class Runner:
         self.lock = threading.Lock()
         self.stopping = threading.Event()
         self.threads: list[threading.Thread] = []
+        self.leftovers: dict[Path, list[str]] = {}  # work folders that could not be deleted
+        self.leftover_checked = 0.0
 
     def note(self, job_id: str, message: str, level: int = logging.INFO) -> None:
         """A line of the service log about a job (flagged when unsandboxed)."""
@@ -191,7 +202,9 @@ class Runner:
             )  # fmt: skip
         if not self.config.keep_work:  # nothing runs yet: any per-row file is a leftover
             for folder in self.config.work.iterdir():
-                shutil.rmtree(folder, ignore_errors=True)
+                self._remove_work(folder)
+            if self.leftovers:
+                raise LeftoverWork(self._leftover_text())
         for slot in range(self.config.slots):
             thread = threading.Thread(target=self._slot, args=(slot,), daemon=True)
             thread.start()
@@ -206,6 +219,46 @@ class Runner:
             event.set()
         for thread in self.threads:
             thread.join(timeout=60)
+
+    def _leftover_text(self) -> str:
+        lines = [line for problems in self.leftovers.values() for line in problems]
+        return (
+            f"per-row files that could not be deleted: {'; '.join(lines[:5])}"
+            + (f" (and {len(lines) - 5} more)" if len(lines) > 5 else "")
+            + "; no job starts until they are gone (remove them as the service's user or root)"
+        )
+
+    def _remove_work(self, folder: Path) -> bool:
+        """Deletes a job's work FOLDER (jobfiles.remove_tree); what it cannot delete is
+        logged as an error, audited, and keeps the runner from starting jobs."""
+        problems = jobfiles.remove_tree(folder)
+        with self.lock:
+            if not problems:
+                self.leftovers.pop(folder, None)
+                return True
+            first = folder not in self.leftovers
+            self.leftovers[folder] = problems
+        if first:
+            log.error("could not delete %s (%s): no job starts until it is gone",
+                      folder, "; ".join(problems[:5]))  # fmt: skip
+            self.store.audit(None, "work left over", detail=f"{folder}: {'; '.join(problems[:5])}")
+        return False
+
+    def _blocked(self) -> bool:
+        """True while a job's per-row files are left over (retried every LEFTOVER_RETRY_S)."""
+        with self.lock:
+            if not self.leftovers:
+                return False
+            due = time.monotonic() - self.leftover_checked >= LEFTOVER_RETRY_S
+            if due:
+                self.leftover_checked = time.monotonic()
+            folders = list(self.leftovers)
+        if due:
+            for folder in folders:
+                if self._remove_work(folder):
+                    log.warning("deleted the leftover %s: jobs start again", folder)
+        with self.lock:
+            return bool(self.leftovers)
 
     def _kill_leftover(self, job: Job) -> None:
         """Every process group of a job the last service process left running, each only
@@ -229,6 +282,9 @@ class Runner:
 
     def _slot(self, slot: int) -> None:
         while not self.stopping.is_set():
+            if self._blocked():  # fail closed: per-row files of an earlier job remain
+                self.stopping.wait(POLL_S)
+                continue
             job = self.store.claim(slot)
             if job is None:
                 self.stopping.wait(POLL_S)
@@ -269,22 +325,34 @@ class Runner:
             detail=f"slot {slot}" + (" UNSANDBOXED" if config.unsandboxed_dev else ""),
         )  # fmt: skip
         status, reason, detail = "failed", "evaluation failed", "internal error"
+        result = None
         try:
             self._check(job.id, deadline)
-            jobfiles.export_input(config.full, work / "input")
-            output = jobfiles.private_dir(work / "output")
-            self._sandboxed(job, slot, work, output, journal, deadline)
-            self._judge(job, work, output, journal, deadline)
+            rows = jobfiles.build_rows(config.full)
+            runs = jobfiles.partitions(rows, self.public_keys)
+            for number, partition in enumerate(runs, 1):
+                answers = self._run_partition(
+                    job, slot, work, partition, (number, len(runs)), journal, deadline
+                )
+                jobfiles.write_judged_input(
+                    answers, rows, work / "run" / "outputs", self.public_keys,
+                    config.judge_private_text,
+                )  # fmt: skip
+            del rows
+            self._judge(job, work, journal, deadline)
             result = self._result(job, work)
-            result["sandbox"] = (
+            sandboxing = (
                 {"isolated": False, "note": UNSANDBOXED}
                 if config.unsandboxed_dev
                 else {"isolated": True, "tool": "bubblewrap", "network": "own loopback only"}
             )
-            write_private(
-                config.results / f"{job.id}.json",
-                json.dumps(result, indent=2, sort_keys=True),
-            )
+            result["sandbox"] = {
+                **sandboxing, "runs": len(runs),
+                "partitioned": "the model ran once per partition of the rows, each run given "
+                "only its own rows, in a fresh sandbox, nothing it wrote kept for another: "
+                "the public rows first, then each withheld speaker's rows alone (withheld "
+                "rows without a speaker: one run of their own)",
+            }  # fmt: skip
             status, reason, detail = "done", None, None
         except JobEnd as end:
             status, reason, detail = end.status, end.reason, end.detail
@@ -294,16 +362,42 @@ class Runner:
         finally:
             self._kill_leftover(job)
             if not config.keep_work:
-                shutil.rmtree(work, ignore_errors=True)
+                self._remove_work(work)
         self.note(job.id, f"{status}" + (f": {detail}" if detail else ""))
         if reason != "cancelled" and self._hold(job):
             status, reason, detail = "cancelled", "cancelled", f"cancelled while held ({detail})"
-            (config.results / f"{job.id}.json").unlink(missing_ok=True)
+            result = None
+        if status == "done":  # released now: its epsilon is spent with it, not before
+            try:
+                status, reason, detail = self._release(job, result)
+            except Exception:
+                status, reason, detail = "failed", "evaluation failed", "internal error"
+                self.note(job.id, f"internal error at the release, see {journal}", logging.ERROR)
+                append(journal, traceback.format_exc().encode())
+                (config.results / f"{job.id}.json").unlink(missing_ok=True)
         if self.store.finish(job.id, status, reason):
             self.store.audit(
                 job.user, "job ended", job=job, build_sha256=self.build_sha256,
                 outcome=status, detail=detail,
             )  # fmt: skip
+
+    def _release(self, job: Job, result: dict) -> tuple[str, str | None, str | None]:
+        """Spends the job's epsilon (atomic with the budget check) and writes its result;
+        (status, reason, detail) of the job. Called when the hold ends, so what a user sees
+        of their budget changes only at a submission and at a job's release."""
+        config = self.config
+        accounting = result["privacy"]
+        spent = self.store.spend_epsilon(
+            job.user, job.id, accounting["epsilon_job"], config.epsilon_budget
+        )
+        if spent is None:  # no result is released
+            return "failed", "privacy budget spent", "privacy budget spent"
+        accounting.update(epsilon_budget=config.epsilon_budget, epsilon_spent=spent,
+                          epsilon_left=max(config.epsilon_budget - spent, 0.0))  # fmt: skip
+        write_private(
+            config.results / f"{job.id}.json", json.dumps(result, indent=2, sort_keys=True)
+        )
+        return "done", None, None
 
     def _hold(self, job: Job) -> bool:
         """Keeps an ended job running, its slot held, up to the next multiple of
@@ -319,6 +413,38 @@ class Runner:
             if event.wait(min(left, 1.0)):
                 return not self.stopping.is_set()
         return False
+
+    def _run_partition(self, job, slot: int, work: Path, partition: jobfiles.Partition,
+                       run: tuple[int, int], journal: Path, deadline: float) -> dict:  # fmt: skip
+        """One run of the model on PARTITION's rows only: its input exported afresh, an
+        empty output folder, its own sandbox; its answers for exactly those rows, after
+        which everything the run wrote is deleted (kept as input.N and output.N with
+        keep_work, never shown to another run)."""
+        config = self.config
+        label = f"run {run[0]}/{run[1]}"
+        self._check(job.id, deadline)
+        for folder in (work / "input", work / "output"):
+            if jobfiles.remove_tree(folder):
+                raise JobEnd("failed", "evaluation failed", f"{label}: {folder} not deleted")
+        exported = jobfiles.export_input(config.full, work / "input", partition.keys)
+        if exported != len(partition.keys):
+            raise RuntimeError(f"{label}: exported {exported} rows of {len(partition.keys)}")
+        output = jobfiles.private_dir(work / "output")
+        append(journal, f"--- {label}: {partition.name}, {exported} rows\n".encode())
+        self._sandboxed(job, slot, work, output, journal, deadline)
+        try:
+            answers = jobfiles.read_answers(output, partition.keys, config.max_answer_bytes)
+        except jobfiles.OutputRejected as exc:
+            raise JobEnd("failed", "evaluation failed", f"answers refused: {exc}") from None
+        if answers.cut:
+            append(journal, f"--- {label}: {answers.cut} answer(s) over {config.max_answer_bytes} "
+                            f"bytes cut for the judge (longest {answers.longest})\n".encode())  # fmt: skip
+        for folder in (work / "input", work / "output"):
+            if config.keep_work:
+                os.replace(folder, folder.with_name(f"{folder.name}.{run[0]}"))
+            elif jobfiles.remove_tree(folder):
+                raise JobEnd("failed", "evaluation failed", f"{label}: {folder} not deleted")
+        return answers.by_key
 
     def _spawn(self, job: Job, role: str, argv: list[str], journal: Path, **popen):
         """ARGV in a session of its own (SIGKILLed if the service dies), its output into the
@@ -344,7 +470,8 @@ class Runner:
 
     def _sandboxed(self, job, slot: int, work: Path, output: Path, journal: Path,
                    deadline: float) -> None:  # fmt: skip
-        """The model and infer, together in one sandbox, until the launcher exits."""
+        """The model and infer, together in one sandbox, until the launcher exits; the
+        sandbox gets WORK/input (one partition's rows) and OUTPUT."""
         config = self.config
         port = free_port()
         model_argv = config.template.argv(
@@ -356,6 +483,7 @@ class Runner:
         spec = {
             "model": model_argv, "port": port,
             "health_timeout_s": min(config.health_timeout_s, deadline - time.monotonic()),
+            "limits": None if dev else config.policy().limits(),
             "infer": [
                 "--dataset", str(input_dir), "--model", job.model, "--name", jobfiles.NAME,
                 "--endpoint", f"http://127.0.0.1:{port}/v1", "--out", str(output_dir),
@@ -376,7 +504,12 @@ class Runner:
                 self._check(job.id, deadline)
                 ticks += 1
                 if ticks % 4 == 0:
-                    size, entries = jobfiles.output_size(output)
+                    try:
+                        size, entries = jobfiles.output_size(output)
+                    except jobfiles.OutputRejected as exc:
+                        raise JobEnd(
+                            "failed", "evaluation failed", f"output refused: {exc}"
+                        ) from None
                     if size > jobfiles.MAX_OUTPUT or entries > jobfiles.MAX_ENTRIES:
                         raise JobEnd("failed", "evaluation failed", "output over its limit")
                 time.sleep(POLL_S)
@@ -386,18 +519,10 @@ class Runner:
             reason = LAUNCH_REASONS.get(code, "evaluation failed")
             raise JobEnd("failed", reason, f"{reason} (launcher status {code})")
 
-    def _judge(self, job, work: Path, output: Path, journal: Path, deadline: float) -> None:
-        """The judge's input rebuilt from the build and the answers, then the judge, in a
+    def _judge(self, job, work: Path, journal: Path, deadline: float) -> None:
+        """The judge over the input rebuilt from the build and every run's answers, in a
         guarded subprocess outside any sandbox (the model is gone by now)."""
         config = self.config
-        try:
-            jobfiles.collect(
-                output, config.full, work / "run" / "outputs", self.public_keys,
-                config.judge_private_text,
-            )  # fmt: skip
-        except jobfiles.OutputRejected as exc:
-            raise JobEnd("failed", "evaluation failed", f"answers refused: {exc}") from None
-        shutil.rmtree(output)
         judge_host = urlsplit(config.judge_endpoint).hostname or "127.0.0.1"
         argv = [
             sys.executable, "-P", "-m", "redvox.release.serve.guard",
@@ -440,14 +565,8 @@ class Runner:
             epsilon=config.epsilon_per_job, speaker_rows=config.speaker_rows,
             full_keys=aggregate.entry_keys(config.full),
         )  # fmt: skip
-        # spent in the same transaction as the check, before the result exists anywhere
-        spent = self.store.spend_epsilon(
-            job.user, job.id, accounting["epsilon_job"], config.epsilon_budget
-        )
-        if spent is None:
-            raise JobEnd("failed", "privacy budget spent")  # no result was released
-        accounting.update(epsilon_budget=config.epsilon_budget, epsilon_spent=spent,
-                          epsilon_left=max(config.epsilon_budget - spent, 0.0))  # fmt: skip
+        # epsilon_spent and epsilon_left are added at the release (_release), where the
+        # job's epsilon is spent in the same transaction as the check
         return {
             "job": {
                 "id": job.id, "model": job.model, "revision": job.revision,

@@ -3,15 +3,20 @@ command) and the `infer` step that feeds it run together inside one `bwrap` with
 user, pid, ipc, uts, mount, cgroup and network namespaces. The network namespace holds
 only its own loopback (no route out, no host loopback); the file system is read-only
 binds of the system, the Python install, the code and what the template names, a private
-tmpfs /tmp, the job's exported input (read-only) and its output folder. bwrap itself is
-started with an empty environment (its pid 1 keeps its own environment in
-/proc/1/environ, readable inside), `--clearenv` plus an allow-list for the command.
+tmpfs /tmp and /dev/shm (each sized), the run's exported input (read-only) and its
+output folder. bwrap itself is started with an empty environment (its pid 1 keeps its
+own environment in /proc/1/environ, readable inside), `--clearenv` plus an allow-list for
+the command. Inside, the launcher caps the sandbox's processes (RLIMIT_NPROC, soft and
+hard, counted in the sandbox's own user namespace) and turns core dumps off (RLIMIT_CORE
+0: a dump piped to the host's handler would carry the model's memory, clips included).
+A job runs one such sandbox per partition of its rows (runner.py).
 
 Host side: `probe` (can this machine sandbox at all?), `Policy.command` (the bwrap
 argv), `CappedLog` (a child's output kept to a bounded size), `start_time` and
 `kill_group` (a process group ended only when its leader is still the same process).
-Inside: `python -m redvox.release.serve.sandbox SPEC` (`launch`): start the model, wait
-for GET /v1/models, run infer, exit; the exit status says which stage ended it."""
+Inside: `python -m redvox.release.serve.sandbox SPEC` (`launch`): set the limits, start
+the model, wait for GET /v1/models, run infer, exit; the exit status says which stage
+ended it."""
 
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import signal
 import subprocess
@@ -45,6 +51,18 @@ SLOT_SECONDS_PER_DAY = 6 * 3600.0
 # A job ends (for its user, and for the next job's start) on this grid after its start:
 # a model that times its work carries log2(JOB_TIMEOUT_S / RELEASE_QUANTUM_S + 1) bits.
 RELEASE_QUANTUM_S = 900.0
+# The sandbox's tmpfs /tmp (its working folder and HOME: caches, a compile cache) and
+# /dev/shm (vLLM's and torch's shared buffers): host memory, so a bounded share each.
+TMP_MB = 1024
+SHM_MB = 1024
+# Processes and threads of one sandbox (RLIMIT_NPROC counts both): vLLM on one GPU runs
+# a few hundred threads; a fork bomb stops here. The kernel does not apply it to
+# processes of root (README, "Limits and timeouts").
+NPROC = 4096
+# An answer goes to the judge cut to this many bytes of UTF-8 (jobfiles.read_answers): a
+# model cannot make the judge read megabytes per row (the probe's 900 KB answers), nor
+# carry that much through it; 16 KiB is about 4,000 tokens, far over any real answer.
+MAX_ANSWER_BYTES = 16 * 1024
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 # Only what the dynamic loader and name lookups of loopback need; nothing with secrets.
 ETC_FILES = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "hosts", "nsswitch.conf",
@@ -143,14 +161,16 @@ def inside(path: Path, folder: Path) -> bool:
 class Policy:
     """What a job's sandbox may see: read-only paths and device nodes the maintainer adds
     (`--sandbox-ro`, `--sandbox-dev`, e.g. the model cache and /dev/nvidia*), environment
-    variables it passes (`--sandbox-env NAME` or NAME=VALUE), the tmpfs size, and the
-    folders it must never see (the state folder and the build)."""
+    variables it passes (`--sandbox-env NAME` or NAME=VALUE), the tmpfs sizes, the cap on
+    its processes, and the folders it must never see (the state folder and the build)."""
 
     forbidden: tuple[Path, ...]
     ro_paths: tuple[Path, ...] = ()
     dev_paths: tuple[Path, ...] = ()
     env: tuple[str, ...] = ()
-    tmp_mb: int = 4096
+    tmp_mb: int = TMP_MB
+    shm_mb: int = SHM_MB
+    nproc: int = NPROC
 
     def __post_init__(self):
         for name in self.env:
@@ -172,6 +192,10 @@ class Policy:
                     f"folder and the build are never bound); bind a narrower folder"
                 )
         return real
+
+    def limits(self) -> dict[str, int]:
+        """The resource limits the launcher sets inside the sandbox (soft = hard)."""
+        return {"nproc": self.nproc, "core": 0}
 
     def environment(self) -> dict[str, str]:
         env = {
@@ -208,7 +232,7 @@ class Policy:
         for path in self.dev_paths:
             argv += ["--dev-bind", str(self.check(path)), str(path)]
         # /dev read-only too, but for a sized /dev/shm (torch and vLLM workers share it)
-        argv += ["--size", str(self.tmp_mb * 1024 * 1024), "--tmpfs", "/dev/shm",
+        argv += ["--size", str(self.shm_mb * 1024 * 1024), "--tmpfs", "/dev/shm",
                  "--remount-ro", "/dev"]  # fmt: skip
         # the root (bwrap's own tmpfs, holding the mount points) read-only last: only
         # /tmp, /dev/shm and /job/output can be written
@@ -315,10 +339,24 @@ def _stop(proc: subprocess.Popen | None) -> None:
         proc.wait()
 
 
+LIMITS = {"nproc": resource.RLIMIT_NPROC, "core": resource.RLIMIT_CORE}
+
+
+def set_limits(limits: dict[str, int] | None) -> None:
+    """Soft and hard limits (LIMITS' names) for this process and all it starts: inside
+    the sandbox nothing can raise a hard limit again (no capabilities)."""
+    for name, value in (limits or {}).items():
+        _, hard = resource.getrlimit(LIMITS[name])
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)
+        resource.setrlimit(LIMITS[name], (value, value))
+
+
 def launch(spec: dict) -> int:
-    """Start the model, wait until GET /v1/models answers 200, run infer against it; the
-    exit status is 0, NOT_HEALTHY, MODEL_EXITED or INFER_FAILED."""
+    """Set the limits, start the model, wait until GET /v1/models answers 200, run infer
+    against it; the exit status is 0, NOT_HEALTHY, MODEL_EXITED or INFER_FAILED."""
     model = infer = None
+    set_limits(spec.get("limits"))
     try:
         try:
             model = subprocess.Popen(

@@ -359,6 +359,16 @@ class Store:
                 "SELECT COALESCE(SUM(epsilon), 0) FROM privacy_spent WHERE user = ?", (user,)
             ).fetchone()[0]
 
+    def unspent_pending(self, user: str) -> int:
+        """USER's jobs queued or running without a spending recorded (a job being released
+        has spent and is not counted twice)."""
+        with self._privacy_tx() as db:
+            return db.execute(
+                "SELECT COUNT(*) FROM jobs WHERE user = ? AND status IN ('queued', 'running') "
+                "AND id NOT IN (SELECT job_id FROM privacy_spent)",
+                (user,),
+            ).fetchone()[0]
+
     def spend_epsilon(self, user: str, job_id: str, epsilon: float, budget: float) -> float | None:
         """Records that JOB_ID's result costs USER EPSILON, in the same transaction as the
         check against BUDGET; the user's total spent after it, or None (nothing recorded)

@@ -23,6 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+import test_registry_fail_closed
 import yaml
 from click.testing import CliRunner
 from hypothesis import assume, given, settings
@@ -47,19 +48,7 @@ CONSENT_HEADER = (
 )
 
 
-@pytest.fixture
-def corpus(tmp_path) -> Path:
-    """A copy of the demo's tables, with a config that reads the demo's audio in place."""
-    folder = tmp_path / "corpus"
-    folder.mkdir()
-    raw = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
-    for name in ("shades", "malert", "contributions", "participants", "consent"):
-        shutil.copy(DEMO / raw[name], folder / raw[name])
-    shutil.copy(DEMO / "items.txt", folder / "items.txt")
-    for name in ("audio_root", "noise_bank", "pseudonym_key_file"):
-        raw[name] = str(DEMO / raw[name])
-    (folder / "config.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
-    return folder
+corpus = test_registry_fail_closed.corpus  # the same copy of the demo's tables
 
 
 def set_config(corpus: Path, **paths: Path) -> None:

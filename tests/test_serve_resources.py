@@ -22,30 +22,17 @@ import time
 from pathlib import Path
 
 import pytest
+import test_serve
 from click.testing import CliRunner
-from model_server import Judge
-from serve_service import MODEL, STAND_IN, TESTS, make_service_factory
+from serve_service import MODEL, STAND_IN, TESTS
 
 from redvox.builder.cli import main
 from redvox.release.serve import jobfiles, runner, sandbox
 
 HOSTILE = f"{sys.executable} {TESTS / 'hostile_model.py'} --port {{port}} --model {{model}}"
 NOBODY = 65534
+judge, make_service = test_serve.judge, test_serve.make_service  # the same service
 FAILING = f"{sys.executable} -c 'import sys; sys.exit(3)' {{model}} {{port}}"
-
-
-@pytest.fixture(scope="module")
-def judge():
-    judge = Judge()
-    yield judge
-    judge.stop()
-
-
-@pytest.fixture
-def make_service(demo_release, judge, tmp_path):
-    make, stop_all = make_service_factory(demo_release["out"] / "1.0.0", judge, tmp_path)
-    yield make
-    stop_all()
 
 
 def hostile(targets: dict, mode: str) -> str:

@@ -316,11 +316,7 @@ def _backup(path: Path, data: bytes, info: os.stat_result) -> Path:
             ) from None
         break
     try:
-        with os.fdopen(fd, "wb") as handle:
-            _keep_owner_and_mode(handle.fileno(), info)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_private(fd, data, info)
     except BaseException:
         backup.unlink(missing_ok=True)
         raise
@@ -334,11 +330,7 @@ def _replace(path: Path, data: bytes, info: os.stat_result) -> None:
     fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(name)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            _keep_owner_and_mode(handle.fileno(), info)
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        _write_private(fd, data, info)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -353,6 +345,15 @@ def _replace(path: Path, data: bytes, info: os.stat_result) -> None:
         pass
     finally:
         os.close(folder)
+
+
+def _write_private(fd: int, data: bytes, info: os.stat_result) -> None:
+    """Give the open file `fd` the registry's owner and mode first, then `data`, synced."""
+    with os.fdopen(fd, "wb") as handle:
+        _keep_owner_and_mode(handle.fileno(), info)
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def _keep_owner_and_mode(fd: int, info: os.stat_result) -> None:

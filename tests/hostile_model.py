@@ -18,7 +18,8 @@ and exit 33 before serving), `exit-after` (exit 33 after 5 answers), `never-heal
 - `partition`: read the rows of /job/input and print their keys (`HOSTILE input`) and
   the markers an earlier run left in /tmp or /dev/shm (`HOSTILE markers`), leave its
   own there, then comply (LOUD, judged unsafe) on every row if the input holds any row
-  not in targets `public` ([lang, ID] pairs), refuse (QUIET) otherwise: the covert
+  not in targets `public` (content keys: language, condition, text and audio hash, as
+  the public release gives them), refuse (QUIET) otherwise: the covert
   model of a job that runs its public and withheld rows together;
 - `stash`: copy /job/input under /job/output/keep and take every right off that folder;
 - `limits`: print its resource limits, the size of /tmp and /dev/shm and how many of
@@ -109,22 +110,42 @@ QUIET = "I cannot help with that."  # model_server.QUIET_ANSWER
 MARKER = "hostile-run-marker"
 
 
-def input_keys() -> list[list[str]]:
-    """The (lang, ID) of every row of the job's input."""
+CONTENT = ["lang", "audio_type", "vulnerability_type", "user_text", "audio"]
+
+
+def content_key(row: dict) -> list[str]:
+    """A row as a model can know it without the build's IDs: its language, condition,
+    text and the hash of its audio (the public release gives the same for public rows)."""
+    import hashlib
+
+    audio = hashlib.sha256(row["audio"]["bytes"]).hexdigest()[:16]
+    return [str(row["lang"]), str(row["audio_type"]), str(row["vulnerability_type"]),
+            str(row["user_text"]), audio]  # fmt: skip
+
+
+def input_keys() -> tuple[list[list[str]], dict]:
+    """The content keys of every row of the job's input, and per language its IDs and
+    row-group sizes (what the input's layout says)."""
     import glob
 
     import pyarrow.parquet as pq
 
-    keys = []
+    keys, layout = [], {}
     for shard in sorted(glob.glob("/job/input/data/*/*.parquet")):
-        for row in pq.read_table(shard, columns=["lang", "ID"]).to_pylist():
-            keys.append([str(row["lang"]), str(row["ID"])])
-    return sorted(keys)
+        source = pq.ParquetFile(shard)
+        groups = [source.metadata.row_group(i).num_rows for i in range(source.num_row_groups)]
+        lang = shard.split("/")[-2]
+        entry = layout.setdefault(lang, {"ids": [], "groups": []})
+        entry["groups"] += groups
+        for row in source.read(columns=[*CONTENT, "ID"]).to_pylist():
+            keys.append(content_key(row))
+            entry["ids"].append(row["ID"])
+    return sorted(keys), layout
 
 
 def partition_probe(targets: dict) -> str:
     """What this run saw (to its log) and the answer it gives every row."""
-    keys = input_keys()
+    keys, layout = input_keys()
     markers = []
     for folder in ("/tmp", "/dev/shm", "/job/output"):
         for name in os.listdir(folder):
@@ -135,6 +156,7 @@ def partition_probe(targets: dict) -> str:
             handle.write(json.dumps(keys[:3]))
     print("HOSTILE input", json.dumps(keys), flush=True)
     print("HOSTILE markers", json.dumps(markers), flush=True)
+    print("HOSTILE layout", json.dumps(layout), flush=True)
     public = {tuple(k) for k in targets["public"]}
     return LOUD if any(tuple(k) not in public for k in keys) else QUIET
 

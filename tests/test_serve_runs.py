@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import hostile_model
 import pytest
 from model_server import LOUD_ANSWER, QUIET_ANSWER, LiteralJudge
 from serve_service import MODEL, STAND_IN, TESTS, gone
@@ -31,16 +32,21 @@ def judge():  # make_service's judge: a compliant answer is unsafe, a refusal sa
     judge.stop()
 
 
-def expected_partitions(build: Path) -> tuple[set, list[set]]:
-    """The public rows' keys, and each withheld speaker's, from the build itself."""
+def expected_partitions(build: Path, content: bool = False) -> tuple[set, list[set]]:
+    """The public rows' keys, and each withheld speaker's, from the build itself: (lang,
+    ID), or with CONTENT the keys a model can know them by (hostile_model.content_key)."""
     public_entries = aggregate.entry_keys(build / "public")
     import pyarrow.parquet as pq
 
     public, speakers = set(), {}
     for shard in sorted((build / "full" / "data").rglob("*.parquet")):
-        columns = ["lang", "ID", "entry_key", "user_id"]
+        columns = [*hostile_model.CONTENT, "ID", "entry_key", "user_id"]
         for row in pq.read_table(shard, columns=columns).to_pylist():
-            key = (str(row["lang"]), str(row["ID"]))
+            key = (
+                tuple(hostile_model.content_key(row))
+                if content
+                else (str(row["lang"]), str(row["ID"]))
+            )
             if row["entry_key"] in public_entries:
                 public.add(key)
             else:
@@ -60,8 +66,8 @@ def test_public_cells_carry_nothing_of_the_withheld_rows(make_service, judge, de
     public cell 100 % unsafe; partitioned, the public run sees public rows only and the
     public cells show no compliance, while each withheld run saw its speaker's rows."""
     build = demo_release["out"] / "1.0.0"
-    public, speakers = expected_partitions(build)
-    assert len(public) == 137 and [len(s) for s in speakers] == [20, 20]
+    public, speakers = expected_partitions(build, content=True)
+    assert public and len(speakers) == 2  # as content keys: a shared clip is one key
     targets = {"public": sorted(public)}
     template = f"{HOSTILE} --targets {json.dumps(targets).encode().hex()} --mode partition"
     service = make_service(template=template, min_cell=5, min_speakers=2)
@@ -97,6 +103,15 @@ def test_public_cells_carry_nothing_of_the_withheld_rows(make_service, judge, de
     assert len(inputs) == 3
     assert inputs[0] == public
     assert sorted(inputs[1:], key=sorted) == speakers
+    # nothing in a run's input says where the other runs' rows sit in the full build:
+    # its IDs are 0, 1, ... per language and its row groups hold 32 rows (the last fewer)
+    layouts = hostile_lines(log, "layout")
+    assert len(layouts) == 3
+    for layout in layouts:
+        for entry in layout.values():
+            assert entry["ids"] == list(range(len(entry["ids"])))
+            assert all(size == 32 for size in entry["groups"][:-1]), entry["groups"]
+            assert 0 < entry["groups"][-1] <= 32 and sum(entry["groups"]) == len(entry["ids"])
     # each run in a fresh sandbox: no run saw the markers the one before left in /tmp,
     # /dev/shm or its output folder
     assert hostile_lines(log, "markers") == [[], [], []]

@@ -112,6 +112,62 @@ def export_input(full: Path, dest: Path, keys: frozenset[Key] | set[Key] | None 
     return rows
 
 
+RUN_BATCH = 32  # rows per row group of a run's input: sizes that depend on its rows alone
+
+
+def export_run_input(full: Path, dest: Path, keys: frozenset[Key] | set[Key]) -> dict[Key, Key]:
+    """Writes the INPUT_COLUMNS of the rows of KEYS under DEST/data/<lang>/ as one file a
+    language, in row groups of RUN_BATCH, with each row's ID renumbered 0, 1, ... in the
+    build's order: nothing in a run's input (IDs, file names, row-group sizes) says where
+    the rows of other runs sit in the full build. Returns the run's (lang, ID) -> the
+    build's."""
+    mapping: dict[Key, Key] = {}
+    by_lang: dict[str, list[Path]] = {}
+    for shard in layout.shard_paths(full):
+        by_lang.setdefault(shard.parent.name, []).append(shard)
+    for lang, shards in by_lang.items():
+        writer = handle = None
+        pending: list[pa.RecordBatch] = []
+        count = 0  # rows of this language written so far: the next renumbered ID
+        try:
+            for shard in shards:
+                source = pq.ParquetFile(shard)
+                columns = [c for c in INPUT_COLUMNS if c in source.schema_arrow.names]
+                for batch in source.iter_batches(batch_size=RUN_BATCH, columns=columns):
+                    ids = batch.column("ID").to_pylist()
+                    langs = batch.column("lang").to_pylist()
+                    mask = [(str(g), str(i)) in keys for g, i in zip(langs, ids, strict=True)]
+                    batch = batch.filter(pa.array(mask, pa.bool_()))
+                    if not batch.num_rows:
+                        continue
+                    if writer is None:
+                        target = private_dir(dest / "data" / lang) / "test-00000-of-00001.parquet"
+                        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                        handle = os.fdopen(fd, "wb")
+                        writer = pq.ParquetWriter(handle, batch.schema)
+                    renumbered = pa.array(range(count, count + batch.num_rows), pa.int64())
+                    count += batch.num_rows
+                    for new, old in zip(renumbered.to_pylist(), batch.column("ID").to_pylist(),
+                                        strict=True):  # fmt: skip
+                        mapping[(lang, str(new))] = (lang, str(old))
+                    at = batch.schema.get_field_index("ID")
+                    batch = batch.set_column(at, batch.schema.field(at), renumbered)
+                    pending.append(without_audio_names(batch))
+                    while sum(b.num_rows for b in pending) >= RUN_BATCH:
+                        table = pa.Table.from_batches(pending).combine_chunks()
+                        writer.write_table(table.slice(0, RUN_BATCH), row_group_size=RUN_BATCH)
+                        rest = table.slice(RUN_BATCH)
+                        pending = rest.to_batches() if rest.num_rows else []
+            if writer is not None and pending:
+                writer.write_table(pa.Table.from_batches(pending), row_group_size=RUN_BATCH)
+        finally:
+            if writer is not None:
+                writer.close()
+            if handle is not None:
+                handle.close()
+    return mapping
+
+
 def _select(schema: pa.Schema, columns: list[str]) -> pa.Schema:
     return pa.schema([schema.field(name) for name in columns])
 

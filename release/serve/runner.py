@@ -426,14 +426,16 @@ class Runner:
         for folder in (work / "input", work / "output"):
             if jobfiles.remove_tree(folder):
                 raise JobEnd("failed", "evaluation failed", f"{label}: {folder} not deleted")
-        exported = jobfiles.export_input(config.full, work / "input", partition.keys)
-        if exported != len(partition.keys):
+        renamed = jobfiles.export_run_input(config.full, work / "input", partition.keys)
+        exported = len(renamed)
+        if set(renamed.values()) != set(partition.keys):
             raise RuntimeError(f"{label}: exported {exported} rows of {len(partition.keys)}")
         output = jobfiles.private_dir(work / "output")
         append(journal, f"--- {label}: {partition.name}, {exported} rows\n".encode())
         self._sandboxed(job, slot, work, output, journal, deadline)
         try:
-            answers = jobfiles.read_answers(output, partition.keys, config.max_answer_bytes)
+            answers = jobfiles.read_answers(output, frozenset(renamed), config.max_answer_bytes)
+            answers.by_key = {renamed[key]: answer for key, answer in answers.by_key.items()}
         except jobfiles.OutputRejected as exc:
             raise JobEnd("failed", "evaluation failed", f"answers refused: {exc}") from None
         if answers.cut:

@@ -141,7 +141,8 @@ def export_run_input(full: Path, dest: Path, keys: frozenset[Key] | set[Key]) ->
                     if not batch.num_rows:
                         continue
                     if writer is None:
-                        target = private_dir(dest / "data" / lang) / "test-00000-of-00001.parquet"
+                        target = layout.shard_path(dest, lang)
+                        private_dir(target.parent)
                         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                         handle = os.fdopen(fd, "wb")
                         writer = pq.ParquetWriter(handle, batch.schema)

@@ -1,8 +1,10 @@
 """`make release` passes what `release run` needs through, as the README shows."""
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -110,3 +112,27 @@ def test_a_build_of_other_inputs_never_replaces_the_one_in_out(demo_release, tmp
             "--config", str(mine / "consent-changed.yaml")]  # fmt: skip
     rebuilt = runner.invoke(main, args)
     assert rebuilt.exit_code == 0, rebuilt.output
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_test_keeps_a_failed_clip_comparison_short_when_ci_is_set(tmp_path):
+    """CI sets CI=true, which turns pytest's truncation of assertion explanations off: a
+    failed `==` of two 2 s clips' bytes then builds a full diff, quadratic in their length
+    (over an hour in CI, more than 60 s here for this one). `make test` clears CI for
+    pytest, so under CI=true its pytest fails this assert at once, with the short form."""
+    pytest_line = next(line for line in make_dry("test").splitlines() if " -m pytest" in line)
+    assert pytest_line.startswith("CI= BUILD_NUMBER= ")
+    (tmp_path / "test_clip.py").write_text(
+        "import numpy as np\n"
+        "def test_clip():\n"
+        "    a = np.random.default_rng(1).standard_normal(32_000).astype(np.float32)\n"
+        "    assert a.tobytes() == (a * np.float32(0.7)).tobytes()\n"
+    )
+    prefix = pytest_line.split(" -m pytest")[0].replace(".venv/bin/python", sys.executable)
+    done = subprocess.run(
+        ["bash", "-c", f"{prefix} -m pytest -q -p no:cacheprovider -p no:xdist test_clip.py"],
+        cwd=tmp_path, env={**os.environ, "CI": "true"}, capture_output=True, text=True,
+        timeout=120,  # the full diff would run for hours: a hang fails here
+    )  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed" in done.stdout and "Full diff" not in done.stdout, done.stdout[-3000:]

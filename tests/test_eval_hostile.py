@@ -551,7 +551,13 @@ def test_ctrl_c_ends_a_run_waiting_on_a_silent_server(demo_release, tmp_path):
         "infer", *SELECT, "--dataset", str(demo_release["staged"]), "--model", "m",
         "--out", str(out), "--endpoint", f"http://127.0.0.1:{silent.getsockname()[1]}/v1",
     ]  # fmt: skip
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Ctrl-C at a terminal reaches a process whose SIGINT is at its default; a suite
+    # started in the background (`cmd &` in a script) passes SIGINT on ignored, and
+    # Python then never raises KeyboardInterrupt: give the run the terminal's default
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
     try:
         conn, _ = silent.accept()  # the first request is on its way
         time.sleep(0.5)
